@@ -1,0 +1,517 @@
+"""The ``advisor`` command line: targets, tune, studies, trials, recommend.
+
+Errors the advisor raises on purpose are printed as one line (exit code 2); ``--debug`` shows the
+traceback. Human output goes through rich; ``--json`` gives machine-readable output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from advisor import __version__
+from advisor.driver import SAMPLERS, StudyDriver, StudyResult, StudySpec
+from advisor.errors import AdvisorError, WorkloadError
+from advisor.objective import Objective
+from advisor.recommend import Recommendation, recommend_measured
+from advisor.settings import Settings
+from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
+from objectives import parse_slo
+from objectives.hardware import hardware_key
+from objectives.registry import get_target, target_names
+from objectives.target import Target
+from objectives.workload import Workload
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="advisor",
+    help="SLO-driven tuning advisor for LLM, RAG and vector-search serving.\n\n"
+         "Tune real engines against a latency SLO, store every trial, and get back the config "
+         "that meets the SLO with the most headroom.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class _State:
+    debug = False
+    db_url: str | None = None
+
+
+def _settings() -> Settings:
+    settings = Settings()
+    if _State.db_url:
+        settings = settings.model_copy(update={"db_url": _State.db_url})
+    return settings
+
+
+def _store(settings: Settings | None = None) -> TrialStore:
+    return TrialStore((settings or _settings()).db_url)
+
+
+@app.callback()
+def _global(
+    db_url: Annotated[str | None, typer.Option(
+        "--db-url", help="SQLAlchemy URL of the trial store (default: $ADVISOR_DB_URL, else a "
+                         "SQLite file in your user data dir).")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        out.print(f"slo-advisor {__version__}")
+        raise typer.Exit()
+    _State.debug, _State.db_url = debug, db_url
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+# targets -------------------------------------------------------------------------------------
+
+
+def _knob_range(knob: Any) -> str:
+    if knob.type == "categorical":
+        return ", ".join(map(str, knob.choices))
+    if knob.type == "bool":
+        return "true, false"
+    text = f"{knob.low:g} .. {knob.high:g}" + (" (log)" if knob.log else "")
+    return text + (f", <= {knob.high_from}" if knob.high_from else "")
+
+
+@app.command("targets")
+def targets_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List the targets (engines) you can tune and their knobs."""
+    data = []
+    for name in target_names():
+        target = get_target(name)
+        space = target.space()
+        data.append({
+            "name": name, "engine": target.engine, "description": target.description,
+            "default_objective": target.default_objective, "default_slo": target.default_slo,
+            "workloads": sorted(target.named_workloads()),
+            "knobs": [{
+                "name": k.name, "type": k.type, "range": _knob_range(k), "default": k.default,
+                "unit": k.unit, "stage": k.stage, "flag": k.flag_for(None),
+                "when": {n: list(v) for n, v in k.when.items()}, "help": k.help,
+            } for k in space],
+        })
+    if as_json:
+        out.print_json(data=data)
+        return
+    for t in data:
+        out.print(f"[bold]{t['name']}[/bold] ({t['engine']}): {t['description']}")
+        out.print(f"  default objective: {t['default_objective']}   default SLO: "
+                  f"{t['default_slo']}   workloads: {', '.join(t['workloads'])}")
+        table = Table(show_edge=False, pad_edge=False)
+        for col_name in ("knob", "type", "range / choices", "default", "unit", "engine flag",
+                         "applies when"):
+            table.add_column(col_name)
+        for k in t["knobs"]:
+            when = "; ".join(f"{n} in {v}" for n, v in k["when"].items())
+            table.add_row(k["name"], k["type"], k["range"], str(k["default"]), k["unit"],
+                          k["flag"] or "", when)
+        out.print(table)
+        out.print()
+
+
+# tune ----------------------------------------------------------------------------------------
+
+
+def _resolve_workload(target: Target, workload: str | None, params: Sequence[str]) -> Workload:
+    presets = target.named_workloads()
+    if workload is None:
+        wl = target.default_workload()
+    elif workload in presets:
+        wl = presets[workload]
+    elif Path(workload).exists():
+        wl = Workload.from_file(Path(workload))
+    else:
+        raise WorkloadError(f"unknown workload {workload!r}: not a preset of {target.name} "
+                            f"({', '.join(sorted(presets))}) and not a file")
+    overrides: dict[str, Any] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"--workload-param expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return wl.with_params(**overrides) if overrides else wl
+
+
+def _default_study_name(target: str, wl: Workload, slo: str, objective: str) -> str:
+    digest = hashlib.sha256(f"{wl.spec_hash}|{slo}|{objective}".encode()).hexdigest()[:6]
+    return f"{target}-{wl.name}-{digest}"
+
+
+class _ProgressReporter:
+    """Draws the live progress bar and one line per finished trial."""
+
+    def __init__(self, objective: Objective, slo_metrics: list[str]) -> None:
+        self.objective, self.slo_metrics = objective, slo_metrics
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=err,
+        )
+        self.task: Any = None
+
+    def preparing(self, message: str) -> None:
+        err.print(f"[dim]{message}[/dim]")
+
+    def started(self, study: StudyRecord, done: int, total: int) -> None:
+        err.print(f"study [bold]{study.name}[/bold]: {study.target}, SLO {study.slo}, "
+                  f"{self.objective}; {done}/{total} trials already done")
+        self.progress.start()
+        self.task = self.progress.add_task("trials", total=total, completed=done,
+                                           best="best feasible: -")
+
+    def trial_finished(self, trial: TrialRecord, done: int, best: TrialRecord | None) -> None:
+        if trial.status == TrialStatus.COMPLETE:
+            shown = [self.objective.metric, *self.slo_metrics]
+            figures = ", ".join(f"{m}={_fmt(trial.metrics.get(m))}" for m in dict.fromkeys(shown))
+            mark = "[green]meets SLO[/green]" if trial.feasible else "[yellow]misses SLO[/yellow]"
+            line = f"#{trial.number:<3} {mark}  {figures}"
+        else:
+            line = f"#{trial.number:<3} [red]{trial.status}[/red] ({trial.error_type}): " \
+                   f"{(trial.error or '').splitlines()[0][:100] if trial.error else ''}"
+        self.progress.console.print(f"{line}  [dim]{_compact(trial.config)}[/dim]")
+        best_text = (f"best feasible {self.objective.metric}: {_fmt(best.objective_value)}"
+                     if best else "best feasible: -")
+        self.progress.update(self.task, completed=done, best=best_text)
+
+    def finished(self, result: StudyResult) -> None:
+        self.progress.stop()
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _compact(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v)}" for k, v in config.items())
+
+
+@app.command("tune")
+def tune_cmd(
+    target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).")
+                      ] = "faiss",
+    slo: Annotated[str | None, typer.Option(
+        help='SLO to meet, e.g. "p95_latency_ms<=1,recall_at_10>=0.95". Default: the target\'s.'
+    )] = None,
+    objective: Annotated[str | None, typer.Option(
+        help='What to optimise subject to the SLO, e.g. "maximize:qps" or '
+             '"minimize:p99_latency_ms". Default: the target\'s.')] = None,
+    trials: Annotated[int, typer.Option(min=1, help="Trials to finish (failed ones count).")] = 30,
+    name: Annotated[str | None, typer.Option(
+        help="Study name (default: derived from target, workload, SLO and objective, so rerunning "
+             "the same command with --resume continues it).")] = None,
+    resume: Annotated[bool, typer.Option(
+        help="Continue an existing study: recover trials a killed run left behind, then run "
+             "until --trials have finished.")] = False,
+    workload: Annotated[str | None, typer.Option(
+        help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
+    workload_param: Annotated[list[str] | None, typer.Option(
+        "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
+                                 "n_base=5000.")] = None,
+    sampler: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(SAMPLERS)}.")
+                       ] = "tpe",
+    seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
+                    ] = None,
+    timeout: Annotated[float | None, typer.Option(
+        help="Kill and fail a trial after this many seconds (default $ADVISOR_TRIAL_TIMEOUT_S "
+             "or 300).")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
+        help="Address-space limit of each trial process, in MiB.")] = None,
+    include_default: Annotated[bool, typer.Option(
+        help="Measure the engine's default config as the first trial, for comparison.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run a tuning study: search the target's knobs against an SLO on this machine.
+
+    Every trial runs in its own process (a crash, hang or rejected config fails only that
+    trial) and is stored, failed ones included.
+    """
+    settings = _settings()
+    updates: dict[str, Any] = {}
+    if timeout is not None:
+        updates["trial_timeout_s"] = timeout
+    if memory_limit_mb is not None:
+        updates["trial_memory_limit_mb"] = memory_limit_mb
+    settings = settings.model_copy(update=updates)
+    tgt = get_target(target)
+    slo_obj = parse_slo(slo or tgt.default_slo)
+    obj = Objective.parse(objective or tgt.default_objective)
+    wl = _resolve_workload(tgt, workload, workload_param or [])
+    study_name = name or _default_study_name(target, wl, str(slo_obj), str(obj))
+    store = _store(settings)
+    reporter = _ProgressReporter(obj, slo_obj.metrics)
+    driver = StudyDriver(store, settings, reporter)
+    try:
+        if resume:
+            stored = store.get_study(study_name)
+            if stored is not None and (slo or objective or workload or workload_param):
+                _check_same(stored, str(slo_obj), obj, wl, target)
+            result = driver.resume(study_name, trials)
+        else:
+            result = driver.run(StudySpec(
+                name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
+                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default))
+    except KeyboardInterrupt:
+        reporter.progress.stop()
+        err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
+                  f"--name {study_name} --resume")
+        raise typer.Exit(130) from None
+    _print_result(result, as_json)
+
+
+def _check_same(stored: StudyRecord, slo: str, obj: Objective, wl: Workload, target: str) -> None:
+    diffs = []
+    if stored.target != target:
+        diffs.append(f"target {stored.target!r} != {target!r}")
+    if stored.slo != slo:
+        diffs.append(f"SLO {stored.slo!r} != {slo!r}")
+    if (stored.objective_metric, stored.objective_direction) != (obj.metric, obj.direction):
+        diffs.append(f"objective {stored.objective_direction}:{stored.objective_metric} != {obj}")
+    if stored.workload_hash != wl.spec_hash:
+        diffs.append("the workload differs")
+    if diffs:
+        raise AdvisorError(f"--resume of study {stored.name!r} with different settings: "
+                           f"{'; '.join(diffs)}. Resume with the original options, or start a "
+                           "new study with another --name")
+
+
+def _print_result(result: StudyResult, as_json: bool) -> None:
+    study = result.study
+    summary = {
+        "study": study.name, "target": study.target, "slo": study.slo,
+        "objective": f"{study.objective_direction}:{study.objective_metric}",
+        "trials": len(result.trials),
+        "complete": result.count(TrialStatus.COMPLETE), "failed": result.count(TrialStatus.FAILED),
+        "interrupted": result.count(TrialStatus.INTERRUPTED), "meeting_slo": result.n_feasible,
+        "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
+        "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
+    }
+    if as_json:
+        out.print_json(data=summary)
+        return
+    out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured, "
+              f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
+              f"{summary['meeting_slo']} met the SLO {study.slo}")
+    if result.best is None:
+        out.print("[yellow]No measured config met the SLO.[/yellow] Loosen the SLO, widen the "
+                  "search (--trials), or check the failed trials with `advisor trials "
+                  f"--study {study.name} --status failed`.")
+        return
+    slo_metrics = parse_slo(study.slo).metrics
+    metrics = [m for m in dict.fromkeys([study.objective_metric, *slo_metrics, "p99_latency_ms"])
+               if m in result.best.metrics]
+    table = Table(title="best feasible trial vs the engine's default (measured)")
+    table.add_column("metric")
+    table.add_column(f"best (#{result.best.number})")
+    if result.default_trial is not None:
+        table.add_column(f"engine default (#{result.default_trial.number})")
+    for m in metrics:
+        row = [m, _fmt(result.best.metrics.get(m))]
+        if result.default_trial is not None:
+            row.append(_fmt(result.default_trial.metrics.get(m)))
+        table.add_row(*row)
+    out.print(table)
+    out.print(f"best config: [bold]{_compact(result.best.config)}[/bold]")
+
+
+def _trial_json(t: TrialRecord | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"trial_id": t.id, "number": t.number, "config": t.config, "metrics": t.metrics,
+            "feasible": t.feasible, "status": t.status}
+
+
+# studies / trials ----------------------------------------------------------------------------
+
+
+@app.command("studies")
+def studies_cmd(
+    target: Annotated[str | None, typer.Option(help="Only studies of this target.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List stored studies with their trial counts."""
+    store = _store()
+    rows = []
+    for s in store.list_studies(target):
+        trials = store.trials_of_study(s.id or 0)
+        rows.append({
+            "id": s.id, "name": s.name, "target": s.target, "slo": s.slo,
+            "objective": f"{s.objective_direction}:{s.objective_metric}", "status": s.status,
+            "trials": len(trials), "requested": s.n_trials,
+            "complete": sum(t.status == TrialStatus.COMPLETE for t in trials),
+            "failed": sum(t.status == TrialStatus.FAILED for t in trials),
+            "hardware_key": s.hardware_key, "created_at": s.created_at.isoformat(),
+        })
+    if as_json:
+        out.print_json(data=rows)
+        return
+    table = Table()
+    for c in ("id", "name", "target", "status", "trials", "complete", "failed", "SLO",
+              "objective", "hardware"):
+        table.add_column(c)
+    for r in rows:
+        table.add_row(str(r["id"]), r["name"], r["target"], r["status"],
+                      f"{r['trials']}/{r['requested']}", str(r["complete"]), str(r["failed"]),
+                      r["slo"], r["objective"], r["hardware_key"])
+    out.print(table)
+
+
+@app.command("trials")
+def trials_cmd(
+    target: Annotated[str | None, typer.Option(help="Only trials of this target.")] = None,
+    study: Annotated[str | None, typer.Option(help="Only trials of this study (name).")] = None,
+    status: Annotated[str | None, typer.Option(
+        help=f"Only trials in this state: {', '.join(TrialStatus.ALL)}.")] = None,
+    feasible: Annotated[bool | None, typer.Option(
+        "--feasible/--infeasible", help="Only trials that met / missed their study's SLO.",
+        show_default=False)] = None,
+    hardware: Annotated[str | None, typer.Option(
+        help="Only trials whose hardware key contains this text (e.g. h200, cpu).")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="All fields, as JSON.")] = False,
+) -> None:
+    """List stored trials (failed ones show their reason)."""
+    if status is not None and status not in TrialStatus.ALL:
+        raise AdvisorError(f"unknown status {status!r}; choose one of {', '.join(TrialStatus.ALL)}")
+    store = _store()
+    rows = store.list_trials(TrialFilter(target=target, study=study, status=status,
+                                         feasible=feasible, hardware_key=hardware))[-limit:]
+    if as_json:
+        out.print_json(data=[r.model_dump(mode="json") for r in rows])
+        return
+    if not rows:
+        out.print("no trials match")
+        return
+    studies = {s.id: s for s in store.list_studies()}
+    table = Table()
+    for c in ("id", "study", "#", "status", "SLO", "objective", "metrics", "config / error"):
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        s = studies.get(r.study_id)
+        slo_metrics = parse_slo(s.slo).metrics if s else []
+        shown = {m: r.metrics.get(m) for m in slo_metrics if m in r.metrics}
+        metrics = " ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
+        tail = _compact(r.config) if r.status == TrialStatus.COMPLETE else \
+            f"{r.error_type}: {(r.error or '').splitlines()[0][:120] if r.error else ''}"
+        slo_mark = {True: "met", False: "missed", None: "-"}[r.feasible]
+        table.add_row(str(r.id), s.name if s else "?", str(r.number), r.status, slo_mark,
+                      _fmt(r.objective_value), metrics, tail)
+    out.print(table)
+
+
+# recommend -----------------------------------------------------------------------------------
+
+
+@app.command("recommend")
+def recommend_cmd(
+    slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
+                                          'recall_at_10>=0.95".')],
+    target: Annotated[str, typer.Option(help="Target engine.")] = "faiss",
+    objective: Annotated[str | None, typer.Option(
+        help="What to optimise among configs meeting the SLO (default: the target's).")] = None,
+    hardware: Annotated[str, typer.Option(
+        help="Evidence from which hardware: 'this' (this machine), 'any', or a hardware key.")
+    ] = "this",
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Recommend a config for an SLO from the trials measured so far.
+
+    Answers with the best measured config that meets the SLO, its measured figures and the
+    launch command; if no measured trial meets it, says so and prints the `advisor tune`
+    command that would find one.
+    """
+    tgt = get_target(target)
+    hw = None if hardware == "any" else hardware_key() if hardware == "this" else hardware
+    rec = recommend_measured(_store(), target=target, slo=parse_slo(slo),
+                             objective=Objective.parse(objective or tgt.default_objective),
+                             hardware_key=hw)
+    if as_json:
+        out.print_json(data=rec.to_dict())
+    else:
+        _print_recommendation(rec)
+    if not rec.found:
+        raise typer.Exit(1)
+
+
+def _print_recommendation(rec: Recommendation) -> None:
+    where = rec.hardware_key or "any hardware"
+    if rec.trial is None:
+        out.print(f"[yellow]No measured {rec.target} config meets {rec.slo}[/yellow] "
+                  f"(on {where}; {rec.considered} measured trials considered).")
+        if rec.closest is not None:
+            misses = ", ".join(f"{k} (off by {v:.1%})" for k, v in rec.closest_margins.items()
+                               if v > 0)
+            out.print(f"Closest: trial {rec.closest.id} [{_compact(rec.closest.config)}] misses "
+                      f"{misses}.")
+        out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
+        return
+    t = rec.trial
+    out.print(f"[bold green]Recommended {rec.target} config[/bold green] for {rec.slo} "
+              f"({rec.objective}), measured on {t.hardware_key}:")
+    out.print(f"  {_compact(t.config)}")
+    table = Table(title=f"measured (trial {t.id}, workload {t.workload_spec.get('name')})")
+    table.add_column("metric")
+    table.add_column("measured")
+    table.add_column("SLO")
+    table.add_column("headroom")
+    if rec.default_trial is not None:
+        table.add_column("engine default")
+    bounds = {b.metric: b for b in rec.slo.bounds}
+    for m in dict.fromkeys([rec.objective.metric, *rec.slo.metrics]):
+        b = bounds.get(m)
+        row = [m, _fmt(t.metrics.get(m)), f"{b.op} {b.threshold:g}" if b else "",
+               f"{-rec.margins[str(b)]:.1%}" if b else ""]
+        if rec.default_trial is not None:
+            row.append(_fmt(rec.default_trial.metrics.get(m)))
+        table.add_row(*row)
+    out.print(table)
+    out.print(f"Evidence: {rec.feasible_count} of {rec.considered} measured trials meet the SLO "
+              f"on {where}.")
+    out.print("Launch:")
+    out.print(rec.launch_command or "", markup=False, highlight=False)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point: run the CLI, turning advisor errors into one-line messages."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=args, standalone_mode=False)
+    except AdvisorError as exc:
+        if "--debug" in args:
+            raise
+        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+

@@ -1,0 +1,403 @@
+"""The study driver: Optuna ask/tell over isolated trials, every trial stored, resumable.
+
+One loop, written once: ask Optuna for a config, record the trial as running, run it in a child
+process, store the measurement with its SLO margins, hand the margins to the sampler through
+``trial.set_constraint`` (``<= 0`` means met) and tell the objective. A killed driver leaves at
+most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from advisor import __version__
+from advisor.errors import StudyError
+from advisor.isolation import TrialOutcome, run_isolated
+from advisor.objective import Objective
+from advisor.sampling import suggest_config, to_optuna_params
+from advisor.settings import Settings
+from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge.models import utcnow
+from objectives import SLO, Workload, parse_slo
+from objectives.hardware import fingerprint
+from objectives.registry import get_target
+from objectives.target import Target
+from objectives.workload import canonical_json
+
+__all__ = ["SAMPLERS", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec"]
+
+log = logging.getLogger(__name__)
+SAMPLERS = ("tpe", "gp", "random")
+_DEFAULT_ROLE = "engine-default"
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """What to tune. ``n_trials`` counts trials that finished (measured or failed)."""
+
+    name: str
+    target: str
+    slo: SLO
+    objective: Objective
+    workload: Workload
+    n_trials: int
+    sampler: str = "tpe"
+    seed: int | None = None
+    include_default: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_trials < 1:
+            raise StudyError(f"`n_trials >= 1` must hold, but got n_trials={self.n_trials}")
+        if self.sampler not in SAMPLERS:
+            raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
+        if not self.name or len(self.name) > 200:
+            raise StudyError("a study name must have 1 to 200 characters")
+
+
+@dataclass
+class StudyResult:
+    """Summary of a study after the driver stopped."""
+
+    study: StudyRecord
+    trials: list[TrialRecord] = field(default_factory=list)
+    best: TrialRecord | None = None
+    default_trial: TrialRecord | None = None
+
+    def count(self, status: str) -> int:
+        return sum(t.status == status for t in self.trials)
+
+    @property
+    def n_feasible(self) -> int:
+        return sum(bool(t.feasible) for t in self.trials if t.status == TrialStatus.COMPLETE)
+
+
+class StudyReporter(Protocol):
+    """Progress callbacks (the CLI draws a progress bar from them)."""
+
+    def preparing(self, message: str) -> None: ...
+    def started(self, study: StudyRecord, done: int, total: int) -> None: ...
+    def trial_finished(self, trial: TrialRecord, done: int, best: TrialRecord | None) -> None: ...
+    def finished(self, result: StudyResult) -> None: ...
+
+
+class _SilentReporter:
+    def preparing(self, message: str) -> None:
+        log.info(message)
+
+    def started(self, study: StudyRecord, done: int, total: int) -> None:
+        pass
+
+    def trial_finished(self, trial: TrialRecord, done: int, best: TrialRecord | None) -> None:
+        pass
+
+    def finished(self, result: StudyResult) -> None:
+        pass
+
+
+def _make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=10)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on the project database (so optuna-dashboard can open it)."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 60}
+    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StudyDriver:
+    """Runs and resumes studies against a :class:`TrialStore`."""
+
+    def __init__(self, store: TrialStore, settings: Settings,
+                 reporter: StudyReporter | None = None) -> None:
+        self.store, self.settings = store, settings
+        self.reporter: StudyReporter = reporter or _SilentReporter()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    # entry points ----------------------------------------------------------------------------
+
+    def run(self, spec: StudySpec) -> StudyResult:
+        """Start a new study named ``spec.name`` and run it to ``spec.n_trials`` trials."""
+        if (existing := self.store.get_study(spec.name)) is not None:
+            n = len(self.store.trials_of_study(existing.id or 0))
+            raise StudyError(f"a study named {spec.name!r} already exists ({n} trials); pass "
+                             "--resume to continue it, or choose another --name")
+        target = self._check_target(spec)
+        provenance = self._prepare(target, spec.workload)
+        study = self.store.create_study(StudyRecord(
+            name=spec.name, target=spec.target, slo=str(spec.slo),
+            objective_metric=spec.objective.metric, objective_direction=spec.objective.direction,
+            workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
+            sampler=spec.sampler, seed=spec.seed, n_trials=spec.n_trials,
+            hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
+            data_provenance=provenance,
+        ))
+        ostudy = self._optuna_study(spec, study)
+        if spec.include_default:
+            params = to_optuna_params(target.space().default_config(), target.space())
+            ostudy.enqueue_trial(params, user_attrs={"advisor_role": _DEFAULT_ROLE})
+        return self._loop(spec, study, target, ostudy)
+
+    def resume(self, name: str, n_trials: int | None = None) -> StudyResult:
+        """Continue the study ``name``: recover trials a killed driver left running, then run on
+        until ``n_trials`` (default: the study's own) trials have finished."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r} to resume; run without --resume to start it")
+        spec = self._spec_of(study, n_trials)
+        target = self._check_target(spec)
+        self._prepare(target, spec.workload)
+        ostudy = self._optuna_study(spec, study)
+        self._recover(study, ostudy, spec)
+        if n_trials is not None and n_trials != study.n_trials:
+            study = self._update_n_trials(study, n_trials)
+        return self._loop(spec, study, target, ostudy)
+
+    # setup -----------------------------------------------------------------------------------
+
+    def _check_target(self, spec: StudySpec) -> Target:
+        target = get_target(spec.target)
+        reported = target.reported_metrics()
+        spec.slo.check_metrics(spec.target, reported)
+        if spec.objective.metric not in reported:
+            raise StudyError(f"target {spec.target!r} does not report the objective metric "
+                             f"{spec.objective.metric!r}")
+        return target
+
+    def _prepare(self, target: Target, workload: Workload) -> dict[str, Any]:
+        target.check_available()
+        self.reporter.preparing(f"preparing workload {workload.name!r} for {target.name}")
+        return target.prepare(workload, self.settings.cache_dir, self.reporter.preparing)
+
+    def _optuna_study(self, spec: StudySpec, study: StudyRecord) -> optuna.Study:
+        # On resume, offset the seed so the sampler does not replay its start-up sequence.
+        done = len(self.store.trials_of_study(study.id or 0))
+        seed = None if spec.seed is None else spec.seed + done
+        return optuna.create_study(
+            storage=optuna_storage(self.store.url), study_name=spec.name,
+            direction=spec.objective.direction, sampler=_make_sampler(spec.sampler, seed),
+            load_if_exists=True,
+        )
+
+    @staticmethod
+    def _spec_of(study: StudyRecord, n_trials: int | None) -> StudySpec:
+        return StudySpec(
+            name=study.name, target=study.target, slo=parse_slo(study.slo),
+            objective=Objective(study.objective_metric, study.objective_direction),  # type: ignore[arg-type]
+            workload=Workload.from_spec(study.workload_spec),
+            n_trials=n_trials if n_trials is not None else study.n_trials,
+            sampler=study.sampler, seed=study.seed, include_default=False,
+        )
+
+    def _update_n_trials(self, study: StudyRecord, n_trials: int) -> StudyRecord:
+        with self.store.session() as s:
+            rec = s.get(StudyRecord, study.id)
+            assert rec is not None
+            rec.n_trials, rec.updated_at = n_trials, utcnow()
+            s.add(rec)
+            s.commit()
+            s.refresh(rec)
+            return rec
+
+    # recovery --------------------------------------------------------------------------------
+
+    def _is_abandoned(self, trial: TrialRecord) -> bool:
+        if trial.host == socket.gethostname() and trial.pid is not None:
+            return trial.pid == os.getpid() or not _pid_alive(trial.pid)
+        stale_after = timedelta(seconds=5 * self.settings.heartbeat_interval_s)
+        return utcnow() - trial.heartbeat_at > stale_after
+
+    def _recover(self, study: StudyRecord, ostudy: optuna.Study, spec: StudySpec) -> None:
+        """Reconcile the store and Optuna after a killed driver; re-queue interrupted configs."""
+        records = {t.optuna_trial_id: t for t in self.store.trials_of_study(study.id or 0)}
+        for rec in records.values():
+            if rec.status == TrialStatus.RUNNING and not self._is_abandoned(rec):
+                raise StudyError(
+                    f"study {study.name!r} is still running elsewhere (trial {rec.number} on "
+                    f"{rec.host}, pid {rec.pid}); stop that driver first")
+        for frozen in ostudy.get_trials(deepcopy=False):
+            if frozen.state not in (TrialState.RUNNING, TrialState.WAITING):
+                continue
+            rec = records.get(frozen._trial_id)
+            if frozen.state == TrialState.WAITING:
+                continue  # queued but never started: the loop will pick it up
+            if rec is not None and rec.status == TrialStatus.COMPLETE:
+                # Killed after storing the measurement but before telling Optuna: tell it now.
+                self._tell_complete(ostudy, frozen._trial_id, frozen.number, rec, spec)
+                continue
+            ostudy.tell(frozen.number, state=TrialState.FAIL)
+            if rec is None or rec.status == TrialStatus.RUNNING:
+                ostudy.enqueue_trial(dict(frozen.params),
+                                     user_attrs={**frozen.user_attrs,
+                                                 "advisor_requeued_from": frozen.number})
+            if rec is not None and rec.status == TrialStatus.RUNNING:
+                self.store.fail_trial(
+                    rec.id or 0, status=TrialStatus.INTERRUPTED, error_type="interrupted",
+                    error=f"the driver (pid {rec.pid} on {rec.host}) died while this trial ran; "
+                          f"its config was re-queued on resume")
+                log.warning("trial %s was interrupted; its config is re-queued", rec.number)
+        # Store rows left running without an Optuna trial in RUNNING state (killed between tell
+        # and the store's write cannot happen: the store is written first), but be thorough.
+        for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
+            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
+                                  error_type="interrupted",
+                                  error="the driver died while this trial ran")
+
+    # the loop --------------------------------------------------------------------------------
+
+    def _loop(self, spec: StudySpec, study: StudyRecord, target: Target,
+              ostudy: optuna.Study) -> StudyResult:
+        space = target.space()
+        finished = list(TrialStatus.FINISHED)
+        done = self.store.count_trials(study.id or 0, finished)
+        best = self._best(study, spec.objective)
+        self.reporter.started(study, done, spec.n_trials)
+        self.store.set_study_status(study.id or 0, "running")
+        try:
+            while done < spec.n_trials:
+                rec = self._run_one(spec, study, target, space, ostudy)
+                done += 1
+                if (rec.feasible and rec.objective_value is not None
+                        and (best is None or spec.objective.is_better(
+                            rec.objective_value, best.objective_value))):
+                    best = rec
+                self.reporter.trial_finished(rec, done, best)
+        except BaseException:
+            self.store.set_study_status(study.id or 0, "interrupted")
+            raise
+        self.store.set_study_status(study.id or 0, "finished")
+        result = self.result(study.name)
+        self.reporter.finished(result)
+        return result
+
+    def _run_one(self, spec: StudySpec, study: StudyRecord, target: Target, space: Any,
+                 ostudy: optuna.Study) -> TrialRecord:
+        otrial = ostudy.ask()
+        config = suggest_config(otrial, space)
+        hw = fingerprint()
+        details: dict[str, Any] = {}
+        if role := otrial.user_attrs.get("advisor_role"):
+            details["role"] = role
+        if (requeued := otrial.user_attrs.get("advisor_requeued_from")) is not None:
+            details["requeued_from_trial"] = requeued
+        rec = self.store.start_trial(TrialRecord(
+            study_id=study.id or 0, number=otrial.number, optuna_trial_id=otrial._trial_id,
+            target=spec.target, config=config, config_hash=_config_hash(config),
+            workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
+            hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
+            details=details,
+        ))
+        last_beat = time.monotonic()
+
+        def beat() -> None:
+            nonlocal last_beat
+            if time.monotonic() - last_beat >= self.settings.heartbeat_interval_s:
+                self.store.heartbeat(rec.id or 0)
+                last_beat = time.monotonic()
+
+        try:
+            outcome = run_isolated(
+                spec.target, config, spec.workload, self.settings.cache_dir,
+                timeout_s=self.settings.trial_timeout_s,
+                memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
+            )
+        except KeyboardInterrupt:
+            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
+                                  error_type="interrupted", error="interrupted by the user")
+            ostudy.tell(otrial, state=TrialState.FAIL)
+            raise
+        return self._record(spec, ostudy, otrial, rec, outcome, details)
+
+    def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
+                rec: TrialRecord, outcome: TrialOutcome, details: Mapping[str, Any]
+                ) -> TrialRecord:
+        m = outcome.measurement
+        if outcome.ok and m is not None:
+            required = [spec.objective.metric, *spec.slo.metrics]
+            if missing := [name for name in required if m.metrics.get(name) is None]:
+                outcome = TrialOutcome(
+                    "failed", error_type="missing_metric", duration_s=outcome.duration_s,
+                    reason=f"the target did not report {', '.join(missing)}")
+        if not outcome.ok or m is None:
+            stored = self.store.fail_trial(rec.id or 0, error_type=outcome.error_type or "error",
+                                           error=outcome.reason or "", duration_s=outcome.duration_s)
+            ostudy.tell(otrial, state=TrialState.FAIL)
+            return stored
+        margins = _margin_records(spec.slo, m.metrics)
+        feasible = all(mr.margin <= 0 for mr in margins)
+        value = float(m.metrics[spec.objective.metric])
+        stored = self.store.complete_trial(
+            rec.id or 0, metrics=m.metrics, engine_versions=m.engine_versions,
+            details={**details, **m.details}, margins=margins, feasible=feasible,
+            objective_value=value, duration_s=outcome.duration_s)
+        self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
+        return stored
+
+    @staticmethod
+    def _tell_complete(ostudy: optuna.Study, trial_id: int, number: int, rec: TrialRecord,
+                       spec: StudySpec) -> None:
+        otrial = optuna.trial.Trial(ostudy, trial_id)
+        for bound in spec.slo.bounds:
+            otrial.set_constraint(str(bound), bound.margin(float(rec.metrics[bound.metric])))
+        ostudy.tell(number, rec.objective_value)
+
+    # results ---------------------------------------------------------------------------------
+
+    def _best(self, study: StudyRecord, objective: Objective) -> TrialRecord | None:
+        best: TrialRecord | None = None
+        for t in self.store.trials_of_study(study.id or 0, [TrialStatus.COMPLETE]):
+            if t.feasible and t.objective_value is not None and objective.is_better(
+                    t.objective_value, None if best is None else best.objective_value):
+                best = t
+        return best
+
+    def result(self, name: str) -> StudyResult:
+        """The stored state of study ``name`` as a :class:`StudyResult`."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r}")
+        objective = Objective(study.objective_metric, study.objective_direction)  # type: ignore[arg-type]
+        trials = self.store.trials_of_study(study.id or 0)
+        default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE
+                        and t.status == TrialStatus.COMPLETE), None)
+        return StudyResult(study, trials, self._best(study, objective), default)
+
+
+def _margin_records(slo: SLO, metrics: Mapping[str, float]) -> list[SLOMarginRecord]:
+    """Typed margin rows; the caller has checked every SLO metric is present."""
+    return [
+        SLOMarginRecord(trial_id=0, metric=b.metric, op=b.op, threshold=b.threshold,
+                        value=float(metrics[b.metric]), margin=b.margin(float(metrics[b.metric])))
+        for b in slo.bounds
+    ]
+
+
+def _config_hash(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]

@@ -1,0 +1,71 @@
+"""The one exception tree of slo-advisor.
+
+This module imports nothing from the project, so every package (search_spaces, objectives,
+knowledge, api) may raise these errors without breaking the one-way dependency rule. The CLI
+prints them without a traceback; the API maps them to HTTP codes in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdvisorError",
+    "ConfigRejectedError",
+    "DataError",
+    "EngineStartError",
+    "EngineUnavailableError",
+    "SLOParseError",
+    "SearchSpaceError",
+    "StoreError",
+    "StudyError",
+    "TrialFailedError",
+    "UnknownTargetError",
+    "WorkloadError",
+]
+
+
+class AdvisorError(Exception):
+    """Base of every error the advisor raises on purpose (bad input, unavailable engine, ...)."""
+
+
+class SearchSpaceError(AdvisorError):
+    """A search-space YAML file, or a config checked against it, breaks a rule."""
+
+
+class SLOParseError(AdvisorError):
+    """An SLO expression could not be parsed or names an unknown metric."""
+
+
+class WorkloadError(AdvisorError):
+    """A workload spec is malformed or refers to data that cannot be produced."""
+
+
+class DataError(AdvisorError):
+    """A dataset (corpus, embeddings, synthetic vectors) could not be loaded or built."""
+
+
+class UnknownTargetError(AdvisorError):
+    """A target name is not registered."""
+
+
+class EngineUnavailableError(AdvisorError):
+    """The engine behind a target is not installed or cannot run on this machine."""
+
+
+class EngineStartError(AdvisorError):
+    """The engine was installed but failed to start with the trial's configuration."""
+
+
+class ConfigRejectedError(AdvisorError):
+    """The engine rejected a configuration (invalid knob combination). Recorded as a failed trial."""
+
+
+class TrialFailedError(AdvisorError):
+    """A trial did not produce a measurement (crash, timeout, OOM, rejection)."""
+
+
+class StoreError(AdvisorError):
+    """The trial store could not be opened or written."""
+
+
+class StudyError(AdvisorError):
+    """A study cannot be created, resumed or run as asked."""

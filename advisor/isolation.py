@@ -1,0 +1,158 @@
+"""Run one trial in an isolated child process with a timeout and an optional memory limit.
+
+A crash, an OOM, a hang or a config the engine rejects becomes a failed :class:`TrialOutcome` with
+its reason; the caller's process (and so the study) carries on. The child gets its own process
+group, which is killed as a whole on timeout, and dies with the parent (PR_SET_PDEATHSIG) so a
+SIGKILLed driver leaves no orphaned engine behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from objectives.measurement import Measurement
+from objectives.workload import Workload
+
+__all__ = ["TrialOutcome", "run_isolated"]
+
+_LOG_TAIL_CHARS = 4000
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What came back from the child: a measurement, or why there is none."""
+
+    status: str  # "complete" or "failed"
+    measurement: Measurement | None = None
+    error_type: str | None = None
+    reason: str | None = None
+    duration_s: float = 0.0
+    exit_code: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "complete" and self.measurement is not None
+
+
+def _child_setup(memory_limit_mb: int | None) -> Callable[[], None]:
+    def setup() -> None:
+        # Die with the parent: an engine must never outlive the driver that measures it.
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:
+            pass
+        if memory_limit_mb is not None:
+            limit = memory_limit_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return setup
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            # The leader is gone; make sure no grandchild in its group survives either.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-_LOG_TAIL_CHARS:].decode(errors="replace").strip()
+
+
+def _describe_exit(code: int) -> tuple[str, str]:
+    if code < 0:
+        sig = signal.Signals(-code)
+        if sig == signal.SIGKILL:
+            return "oom", "killed by SIGKILL (most likely out of memory)"
+        return "crash", f"killed by signal {sig.name}"
+    return "crash", f"exited with code {code} without a result"
+
+
+def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cache_dir: Path,
+                 *, timeout_s: float, memory_limit_mb: int | None = None,
+                 on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
+                 env: Mapping[str, str] | None = None) -> TrialOutcome:
+    """Run ``target`` on ``config`` in a child process and return its outcome.
+
+    ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
+    for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
+    """
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="advisor-trial-") as tmp:
+        tmpdir = Path(tmp)
+        request, result, log = tmpdir / "request.json", tmpdir / "result.json", tmpdir / "log.txt"
+        request.write_text(json.dumps({
+            "target": target, "config": dict(config), "workload": workload.spec,
+            "cache_dir": str(cache_dir),
+        }))
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        with log.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "objectives.runner", str(request), str(result)],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_child_setup(memory_limit_mb), env=child_env,
+            )
+            try:
+                code = _wait(proc, start, timeout_s, on_tick, tick_s)
+            except BaseException:
+                _kill_group(proc, grace_s=1.0)
+                raise
+        elapsed = time.monotonic() - start
+        if code is None:
+            _kill_group(proc)
+            return TrialOutcome("failed", error_type="timeout", duration_s=elapsed,
+                                reason=f"trial exceeded its {timeout_s:g} s timeout and was "
+                                       f"killed\n--- log tail ---\n{_tail(log)}".rstrip())
+        if result.exists():
+            data = json.loads(result.read_text())
+            if data["status"] == "complete":
+                return TrialOutcome("complete", Measurement.from_dict(data["measurement"]),
+                                    duration_s=elapsed, exit_code=code)
+            return TrialOutcome("failed", error_type=data["error_type"], reason=data["reason"],
+                                duration_s=elapsed, exit_code=code)
+        error_type, why = _describe_exit(code)
+        return TrialOutcome("failed", error_type=error_type, duration_s=elapsed, exit_code=code,
+                            reason=f"trial process {why}\n--- log tail ---\n{_tail(log)}".rstrip())
+
+
+def _wait(proc: subprocess.Popen[bytes], start: float, timeout_s: float,
+          on_tick: Callable[[], None] | None, tick_s: float) -> int | None:
+    """Wait for the child; None on timeout."""
+    while True:
+        remaining = timeout_s - (time.monotonic() - start)
+        if remaining <= 0:
+            return None
+        try:
+            return proc.wait(timeout=min(tick_s, remaining))
+        except subprocess.TimeoutExpired:
+            if on_tick is not None:
+                on_tick()

@@ -1,0 +1,49 @@
+"""Turn an Optuna trial into a config of a SearchSpace (define-by-run, honouring conditions).
+
+Knobs whose range is capped by another knob (``nprobe <= nlist``) are sampled over their static
+range and clamped, so every trial sees the same distribution: Optuna's multivariate TPE only models
+parameters whose distributions agree across trials. The config returned holds effective values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from search_spaces import Knob, SearchSpace
+
+__all__ = ["suggest_config", "to_optuna_params"]
+
+
+def _suggest(trial: optuna.Trial, knob: Knob) -> Any:
+    if knob.type == "categorical":
+        return trial.suggest_categorical(knob.name, list(knob.choices))
+    if knob.type == "bool":
+        return trial.suggest_categorical(knob.name, [False, True])
+    assert knob.low is not None and knob.high is not None
+    if knob.type == "int":
+        step = int(knob.step) if knob.step and not knob.log else 1
+        return trial.suggest_int(knob.name, int(knob.low), int(knob.high), log=knob.log, step=step)
+    return trial.suggest_float(knob.name, float(knob.low), float(knob.high), log=knob.log,
+                               step=None if knob.log else knob.step)
+
+
+def suggest_config(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """Sample every active knob of ``space`` through ``trial`` and return the effective config."""
+    config: dict[str, Any] = {}
+    for knob in space:
+        if not knob.is_active(config):
+            continue
+        value = _suggest(trial, knob)
+        if knob.high_from is not None:
+            _, cap = knob.bounds(config)
+            value = type(value)(min(value, cap))
+        config[knob.name] = value
+    return config
+
+
+def to_optuna_params(config: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """Params for ``study.enqueue_trial`` that reproduce ``config`` (active knobs only)."""
+    clean = space.validate_config(config, fill_defaults=True)
+    return {k: v for k, v in clean.items()}

@@ -1,0 +1,125 @@
+"""SQLModel tables of the trial store: studies, trials and each trial's SLO margins.
+
+Table names carry an ``advisor_`` prefix because Optuna's own tables (``studies``, ``trials``)
+live in the same database, so ``optuna-dashboard <url>`` opens it directly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+__all__ = ["SLOMarginRecord", "StudyRecord", "TrialRecord", "TrialStatus", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone; this restores it)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the trial store; use knowledge.models.utcnow()")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+
+class TrialStatus:
+    """Trial states. ``interrupted`` trials died with the driver and were re-queued on resume."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    ALL = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
+    FINISHED = (COMPLETE, FAILED)
+
+
+class StudyRecord(SQLModel, table=True):
+    """One tuning study: what was tuned, against which SLO and objective, on which workload."""
+
+    __tablename__ = "advisor_study"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=200)
+    target: str = Field(index=True, max_length=64)
+    slo: str = Field(max_length=2000)
+    objective_metric: str = Field(max_length=64)
+    objective_direction: str = Field(max_length=16)
+    workload_spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    workload_hash: str = Field(index=True, max_length=32)
+    sampler: str = Field(max_length=32)
+    seed: int | None = None
+    n_trials: int
+    status: str = Field(default="running", max_length=16)
+    hardware_key: str = Field(index=True, max_length=200)
+    advisor_version: str = Field(max_length=32)
+    data_provenance: dict[str, Any] = Field(default_factory=dict,
+                                            sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class TrialRecord(SQLModel, table=True):
+    """One trial, failed ones included: config, context, metrics, outcome and timestamps."""
+
+    __tablename__ = "advisor_trial"
+    __table_args__ = (UniqueConstraint("study_id", "number", name="uq_advisor_trial_number"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    study_id: int = Field(foreign_key="advisor_study.id", index=True)
+    number: int
+    optuna_trial_id: int | None = None
+    target: str = Field(index=True, max_length=64)
+    config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    config_hash: str = Field(index=True, max_length=32)
+    workload_spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    workload_hash: str = Field(index=True, max_length=32)
+    hardware: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    hardware_key: str = Field(index=True, max_length=200)
+    engine_versions: dict[str, Any] = Field(default_factory=dict,
+                                            sa_column=Column(JSON, nullable=False))
+    advisor_version: str = Field(max_length=32)
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    details: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    status: str = Field(default=TrialStatus.RUNNING, index=True, max_length=16)
+    feasible: bool | None = None
+    objective_value: float | None = None
+    error_type: str | None = Field(default=None, max_length=64)
+    error: str | None = None
+    host: str = Field(default="", max_length=255)
+    pid: int | None = None
+    started_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    duration_s: float | None = None
+
+
+class SLOMarginRecord(SQLModel, table=True):
+    """One SLO bound's margin for one trial (typed, not hidden in JSON): ``margin <= 0`` iff met."""
+
+    __tablename__ = "advisor_slo_margin"
+
+    id: int | None = Field(default=None, primary_key=True)
+    trial_id: int = Field(foreign_key="advisor_trial.id", index=True)
+    metric: str = Field(max_length=64)
+    op: str = Field(max_length=2)
+    threshold: float
+    value: float | None = None
+    margin: float

@@ -1,0 +1,263 @@
+"""TrialStore: every study and trial, failed ones included, in SQLite or PostgreSQL.
+
+One SQLAlchemy URL serves both this store and Optuna's RDB storage. Writes are short transactions
+so a killed process leaves at most one trial in ``running`` state, which the study driver recovers
+on ``--resume``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, func
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlmodel import Session, SQLModel, col, create_engine, select
+
+from advisor.errors import StoreError
+from knowledge.models import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, utcnow
+
+__all__ = ["TrialFilter", "TrialStore", "make_engine"]
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets its directory created, WAL mode and a busy timeout so the
+    driver and Optuna's storage can share the file."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
+    try:
+        engine = create_engine(url, **kwargs)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        raise StoreError(f"cannot open trial store {_redact(url)}: {exc}") from None
+    if url.startswith("sqlite"):
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+    return engine
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for error messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class TrialFilter:
+    """Filters for :meth:`TrialStore.list_trials`; ``None`` means any."""
+
+    def __init__(self, *, target: str | None = None, study: str | None = None,
+                 status: str | None = None, feasible: bool | None = None,
+                 hardware_key: str | None = None, workload_hash: str | None = None,
+                 limit: int | None = None, offset: int = 0) -> None:
+        self.target, self.study, self.status = target, study, status
+        self.feasible, self.hardware_key, self.workload_hash = feasible, hardware_key, workload_hash
+        self.limit, self.offset = limit, offset
+
+
+class TrialStore:
+    """Reads and writes studies and trials. Safe to share between threads; one per process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        try:
+            SQLModel.metadata.create_all(self.engine)
+        except OperationalError as exc:
+            raise StoreError(f"cannot reach trial store {_redact(url)}: {exc.orig}") from None
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+            except SQLAlchemyError as exc:
+                session.rollback()
+                raise StoreError(f"trial store error: {exc}") from exc
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # studies -------------------------------------------------------------------------------
+
+    def create_study(self, study: StudyRecord) -> StudyRecord:
+        with self.session() as s:
+            if s.exec(select(StudyRecord).where(StudyRecord.name == study.name)).first():
+                raise StoreError(f"a study named {study.name!r} already exists")
+            s.add(study)
+            s.commit()
+            s.refresh(study)
+            return study
+
+    def get_study(self, name: str) -> StudyRecord | None:
+        with self.session() as s:
+            return s.exec(select(StudyRecord).where(StudyRecord.name == name)).first()
+
+    def get_study_by_id(self, study_id: int) -> StudyRecord | None:
+        with self.session() as s:
+            return s.get(StudyRecord, study_id)
+
+    def list_studies(self, target: str | None = None) -> list[StudyRecord]:
+        with self.session() as s:
+            q = select(StudyRecord).order_by(col(StudyRecord.id))
+            if target:
+                q = q.where(StudyRecord.target == target)
+            return list(s.exec(q))
+
+    def set_study_status(self, study_id: int, status: str) -> None:
+        with self.session() as s:
+            study = s.get(StudyRecord, study_id)
+            if study is None:
+                raise StoreError(f"no study with id {study_id}")
+            study.status, study.updated_at = status, utcnow()
+            s.add(study)
+            s.commit()
+
+    # trials --------------------------------------------------------------------------------
+
+    def start_trial(self, trial: TrialRecord) -> TrialRecord:
+        """Insert a trial in ``running`` state (before the engine starts, so a crash leaves a trace)."""
+        trial.status = TrialStatus.RUNNING
+        trial.host = trial.host or socket.gethostname()
+        trial.pid = trial.pid if trial.pid is not None else os.getpid()
+        with self.session() as s:
+            s.add(trial)
+            s.commit()
+            s.refresh(trial)
+            return trial
+
+    def heartbeat(self, trial_id: int) -> None:
+        with self.session() as s:
+            trial = s.get(TrialRecord, trial_id)
+            if trial is not None and trial.status == TrialStatus.RUNNING:
+                trial.heartbeat_at = utcnow()
+                s.add(trial)
+                s.commit()
+
+    def complete_trial(self, trial_id: int, *, metrics: Mapping[str, float],
+                       engine_versions: Mapping[str, Any], details: Mapping[str, Any],
+                       margins: Sequence[SLOMarginRecord], feasible: bool,
+                       objective_value: float | None, duration_s: float) -> TrialRecord:
+        """Record a measured trial with its SLO margins, in one transaction."""
+        with self.session() as s:
+            trial = self._get_running(s, trial_id)
+            trial.metrics = {k: _finite_or_none(float(v)) for k, v in metrics.items()}
+            trial.engine_versions = dict(engine_versions)
+            trial.details = {k: _finite_or_none(v) for k, v in details.items()}
+            trial.feasible = feasible
+            trial.objective_value = objective_value
+            trial.status = TrialStatus.COMPLETE
+            trial.finished_at = utcnow()
+            trial.duration_s = duration_s
+            s.add(trial)
+            for margin in margins:
+                margin.trial_id = trial_id
+                s.add(margin)
+            s.commit()
+            s.refresh(trial)
+            return trial
+
+    def fail_trial(self, trial_id: int, *, error_type: str, error: str,
+                   status: str = TrialStatus.FAILED, duration_s: float | None = None,
+                   details: Mapping[str, Any] | None = None) -> TrialRecord:
+        """Record why a trial produced no measurement (``failed``) or died with the driver
+        (``interrupted``)."""
+        if status not in (TrialStatus.FAILED, TrialStatus.INTERRUPTED):
+            raise ValueError(f"`status` must be failed or interrupted, got {status!r}")
+        with self.session() as s:
+            trial = self._get_running(s, trial_id)
+            trial.status, trial.error_type, trial.error = status, error_type, error
+            trial.finished_at, trial.duration_s = utcnow(), duration_s
+            if details:
+                trial.details = {**trial.details, **details}
+            s.add(trial)
+            s.commit()
+            s.refresh(trial)
+            return trial
+
+    @staticmethod
+    def _get_running(s: Session, trial_id: int) -> TrialRecord:
+        trial = s.get(TrialRecord, trial_id)
+        if trial is None:
+            raise StoreError(f"no trial with id {trial_id}")
+        if trial.status != TrialStatus.RUNNING:
+            raise StoreError(f"trial {trial_id} is {trial.status}, not running; refusing to "
+                             "overwrite a finished trial")
+        return trial
+
+    def get_trial(self, trial_id: int) -> TrialRecord | None:
+        with self.session() as s:
+            return s.get(TrialRecord, trial_id)
+
+    def margins(self, trial_id: int) -> list[SLOMarginRecord]:
+        with self.session() as s:
+            q = select(SLOMarginRecord).where(SLOMarginRecord.trial_id == trial_id)
+            return list(s.exec(q.order_by(col(SLOMarginRecord.id))))
+
+    def trials_of_study(self, study_id: int, statuses: Sequence[str] | None = None
+                        ) -> list[TrialRecord]:
+        with self.session() as s:
+            q = select(TrialRecord).where(TrialRecord.study_id == study_id)
+            if statuses:
+                q = q.where(col(TrialRecord.status).in_(list(statuses)))
+            return list(s.exec(q.order_by(col(TrialRecord.number), col(TrialRecord.id))))
+
+    def count_trials(self, study_id: int, statuses: Sequence[str]) -> int:
+        with self.session() as s:
+            q = select(func.count()).select_from(TrialRecord).where(
+                TrialRecord.study_id == study_id, col(TrialRecord.status).in_(list(statuses)))
+            return int(s.exec(q).one())
+
+    def list_trials(self, flt: TrialFilter | None = None) -> list[TrialRecord]:
+        """Trials matching ``flt``, oldest first."""
+        flt = flt or TrialFilter()
+        with self.session() as s:
+            q = select(TrialRecord)
+            if flt.study is not None:
+                q = q.join(StudyRecord, col(StudyRecord.id) == col(TrialRecord.study_id)).where(
+                    StudyRecord.name == flt.study)
+            if flt.target is not None:
+                q = q.where(TrialRecord.target == flt.target)
+            if flt.status is not None:
+                q = q.where(TrialRecord.status == flt.status)
+            if flt.feasible is not None:
+                q = q.where(TrialRecord.feasible == flt.feasible)
+            if flt.hardware_key is not None:
+                q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key))
+            if flt.workload_hash is not None:
+                q = q.where(TrialRecord.workload_hash == flt.workload_hash)
+            q = q.order_by(col(TrialRecord.id)).offset(flt.offset)
+            if flt.limit is not None:
+                q = q.limit(flt.limit)
+            return list(s.exec(q))
+
+    def stale_running_trials(self, study_id: int, older_than: datetime) -> list[TrialRecord]:
+        """Running trials of a study whose heartbeat is older than ``older_than``."""
+        with self.session() as s:
+            q = select(TrialRecord).where(
+                TrialRecord.study_id == study_id, TrialRecord.status == TrialStatus.RUNNING,
+                col(TrialRecord.heartbeat_at) < older_than)
+            return list(s.exec(q))

@@ -1,0 +1,90 @@
+"""Hardware fingerprint recorded with every trial: CPU/GPU model, memory, driver, OS.
+
+Read from /proc, ``os`` and ``nvidia-smi`` (when present) without importing any engine, so the
+fingerprint costs milliseconds and works on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from functools import lru_cache
+from typing import Any
+
+__all__ = ["fingerprint", "hardware_key"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float:
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return round(pages * page_size / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def _gpus() -> list[dict[str, Any]]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, mem, driver = (p.strip() for p in line.split(",")[:3])
+        gpus.append({"name": name, "memory_mib": float(mem), "driver": driver})
+    return gpus
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+@lru_cache(maxsize=1)
+def fingerprint() -> dict[str, Any]:
+    """The hardware this process runs on, as plain data."""
+    gpus = _gpus()
+    return {
+        "key": hardware_key_for(gpus, _cpu_model(), os.cpu_count() or 1),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count() or 1,
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_gib": _memory_gib(),
+        "gpus": gpus,
+        "gpu_driver": gpus[0]["driver"] if gpus else None,
+        "machine": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def hardware_key_for(gpus: list[dict[str, Any]], cpu_model: str, cpu_count: int) -> str:
+    """A short stable name for grouping trials by hardware (``1x-nvidia-h200``, ``cpu-...-2c``)."""
+    if gpus:
+        name = _slug(gpus[0]["name"]).replace("nvidia-", "")
+        return f"{len(gpus)}x-nvidia-{name}"
+    model = _slug(re.sub(r"\(R\)|\(TM\)|CPU|@.*$", "", cpu_model))
+    return f"cpu-{model}-{cpu_count}c"
+
+
+def hardware_key() -> str:
+    """The short key of this machine."""
+    return str(fingerprint()["key"])

@@ -1,0 +1,100 @@
+"""The metric catalogue: every metric a target may report, with its unit and good direction.
+
+Names carry their unit (``p95_latency_ms``, ``qps``). SLO expressions and objectives may only name
+metrics listed here, so a typo is caught before a study starts rather than after it ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from advisor.errors import SLOParseError
+
+__all__ = ["METRICS", "MetricSpec", "metric_spec", "metrics_for_target"]
+
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: name (with unit suffix), unit, which direction is better, and its meaning."""
+
+    name: str
+    unit: str
+    better: Better
+    description: str
+    targets: tuple[str, ...]
+
+
+def _latency_family(prefix: str, what: str, targets: tuple[str, ...]) -> list[MetricSpec]:
+    return [
+        MetricSpec(f"{prefix}_p{q}_ms", "ms", "lower", f"{q}th percentile of {what}", targets)
+        for q in (50, 90, 95, 99)
+    ] + [MetricSpec(f"{prefix}_mean_ms", "ms", "lower", f"mean of {what}", targets)]
+
+
+_FAISS = ("faiss",)
+_LLM = ("transformers", "vllm", "tensorrt-llm", "openai", "rag")
+
+_SPECS: list[MetricSpec] = [
+    # Vector search (faiss). Single-query mode: one query per search call, the latency an online
+    # retriever sees. Batched mode: `batch_size` queries per call; each query's latency is its
+    # batch's latency, and `qps` is the throughput of that mode.
+    *[
+        MetricSpec(
+            f"p{q}_latency_ms", "ms", "lower",
+            f"{q}th percentile of per-query latency, single-query mode", _FAISS,
+        )
+        for q in (50, 90, 95, 99)
+    ],
+    MetricSpec("mean_latency_ms", "ms", "lower", "mean per-query latency, single-query mode",
+               _FAISS),
+    *[
+        MetricSpec(
+            f"batch_p{q}_latency_ms", "ms", "lower",
+            f"{q}th percentile of per-query latency in batched mode (a query waits for its batch)",
+            _FAISS,
+        )
+        for q in (50, 90, 95, 99)
+    ],
+    MetricSpec("qps", "queries/s", "higher", "queries per second in batched mode", _FAISS),
+    MetricSpec("single_qps", "queries/s", "higher", "queries per second in single-query mode",
+               _FAISS),
+    *[
+        MetricSpec(f"recall_at_{k}", "fraction", "higher",
+                   f"recall@{k}: share of the exact top-{k} neighbours found", _FAISS)
+        for k in (1, 5, 10, 20, 50, 100)
+    ],
+    MetricSpec("index_memory_mb", "MiB", "lower", "size of the serialized index", _FAISS),
+    MetricSpec("build_time_s", "s", "lower", "index train + add time (cached builds report the "
+               "original build's time)", _FAISS),
+    # LLM serving (per-request metrics aggregated per trial, as `vllm bench serve` defines them).
+    *_latency_family("ttft", "time to first token from the request's scheduled arrival", _LLM),
+    *_latency_family("tpot", "time per output token after the first", _LLM),
+    *_latency_family("itl", "inter-token latency", _LLM),
+    *_latency_family("e2e", "end-to-end request latency", _LLM),
+    MetricSpec("output_tokens_per_s", "tokens/s", "higher", "output token throughput", _LLM),
+    MetricSpec("requests_per_s", "requests/s", "higher", "completed requests per second", _LLM),
+    MetricSpec("goodput_requests_per_s", "requests/s", "higher",
+               "requests per second that met every per-request SLO (DistServe goodput)", _LLM),
+    MetricSpec("peak_memory_mb", "MiB", "lower", "peak accelerator (or process) memory", _LLM),
+    MetricSpec("failed_requests", "count", "lower", "requests that errored", _LLM),
+]
+
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """Return the spec of ``name``; unknown names raise an error listing the valid ones."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise SLOParseError(
+            f"unknown metric {name!r}; valid metrics are: {', '.join(sorted(METRICS))}"
+        ) from None
+
+
+def metrics_for_target(target: str) -> list[MetricSpec]:
+    """Every metric that ``target`` reports."""
+    return [spec for spec in _SPECS if target in spec.targets]

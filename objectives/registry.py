@@ -1,0 +1,48 @@
+"""Registered targets: name -> implementing class, imported lazily.
+
+Adding an engine adds one line here. Import paths are strings so that listing targets never
+imports an engine. Out-of-tree targets (plugins, and the scripted targets of the test suite) are
+registered with ``ADVISOR_EXTRA_TARGETS="name=package.module:Class,..."``; the variable is read on
+every lookup so that trial child processes, which inherit it, see the same registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from advisor.errors import UnknownTargetError
+from objectives.target import Target
+
+__all__ = ["TARGETS", "get_target", "target_names"]
+
+TARGETS: dict[str, str] = {
+    "faiss": "objectives.targets.faiss_target:FaissTarget",
+}
+
+
+def _registry() -> dict[str, str]:
+    extra: dict[str, str] = {}
+    for item in os.environ.get("ADVISOR_EXTRA_TARGETS", "").split(","):
+        name, sep, path = item.strip().partition("=")
+        if sep and ":" in path:
+            extra[name.strip()] = path.strip()
+    return {**TARGETS, **extra}
+
+
+def target_names() -> list[str]:
+    """Names of every registered target."""
+    return sorted(_registry())
+
+
+def get_target(name: str) -> Target:
+    """Instantiate the target registered as ``name``."""
+    try:
+        path = _registry()[name]
+    except KeyError:
+        raise UnknownTargetError(
+            f"unknown target {name!r}; registered targets: {', '.join(target_names())}"
+        ) from None
+    module_name, _, class_name = path.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls()  # type: ignore[no-any-return]

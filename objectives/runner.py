@@ -1,0 +1,83 @@
+"""Child-process entry point of one trial: ``python -m objectives.runner REQUEST RESULT``.
+
+Reads the request (target, config, workload, cache dir) as JSON, runs the target, and writes the
+outcome atomically to RESULT. This is the isolation boundary: whatever the engine raises becomes a
+failed outcome with its reason; a hard crash (abort, segfault, OOM kill) leaves no RESULT and the
+parent reports the exit signal and log tail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import AdvisorError, ConfigRejectedError, EngineStartError
+from objectives.registry import get_target
+from objectives.workload import Workload
+
+__all__ = ["main"]
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, allow_nan=False, default=str))
+    os.replace(tmp, path)
+
+
+def _outcome_for(exc: BaseException) -> dict[str, Any]:
+    """Classify an exception raised by a target into a failed outcome."""
+    if isinstance(exc, ConfigRejectedError):
+        kind = "rejected"
+    elif isinstance(exc, EngineStartError):
+        kind = "engine_start"
+    elif isinstance(exc, MemoryError):
+        kind = "oom"
+    elif isinstance(exc, AdvisorError):
+        kind = "error"
+    else:
+        kind = "crash"
+    reason = str(exc) or type(exc).__name__
+    if kind in ("crash", "oom"):
+        reason = f"{type(exc).__name__}: {reason}\n" + "".join(
+            traceback.format_exception(exc)[-6:])
+    return {"status": "failed", "error_type": kind, "reason": reason}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m objectives.runner REQUEST.json RESULT.json", file=sys.stderr)
+        return 2
+    request = json.loads(Path(args[0]).read_text())
+    result_path = Path(args[1])
+    start = time.perf_counter()
+    try:
+        target = get_target(request["target"])
+        workload = Workload.from_spec(request["workload"])
+        measurement = target.run(request["config"], workload, Path(request["cache_dir"]))
+        outcome: dict[str, Any] = {"status": "complete", "measurement": measurement.to_dict()}
+    except Exception as exc:
+        outcome = _outcome_for(exc)
+    outcome["duration_s"] = time.perf_counter() - start
+    _write_atomic(result_path, _sanitize(outcome))
+    return 0
+
+
+def _sanitize(data: Any) -> Any:
+    """JSON cannot carry NaN/inf: map them to None so the parent sees 'not measured'."""
+    if isinstance(data, float):
+        return data if data == data and abs(data) != float("inf") else None
+    if isinstance(data, dict):
+        return {k: _sanitize(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_sanitize(v) for v in data]
+    return data
+
+
+if __name__ == "__main__":
+    sys.exit(main())

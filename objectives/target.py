@@ -1,0 +1,93 @@
+"""The Target extension point: one subclass per engine (faiss, transformers, vllm, ...).
+
+A target knows how to start its engine with a trial's knob values, drive a workload through it and
+measure the result. The study driver calls ``prepare`` once in its own process and ``run`` once per
+trial inside an isolated child process, so a crash, hang or OOM in ``run`` only fails that trial.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from objectives.measurement import Measurement
+from objectives.metrics import metrics_for_target
+from objectives.workload import Workload
+from search_spaces import SearchSpace, load_space
+
+__all__ = ["ProgressFn", "Target"]
+
+ProgressFn = Callable[[str], None]
+
+
+class Target(ABC):
+    """Base class of every target.
+
+    Class attributes name the target and its defaults; ``search_spaces/<name>.yaml`` holds its
+    knobs. Implementations must import their engine inside methods (never at module import), so
+    listing targets works on machines without the engine.
+    """
+
+    #: Registry name, also the search-space file name (``search_spaces/<name>.yaml``).
+    name: ClassVar[str]
+    #: The engine package whose version is recorded and checked (e.g. ``faiss``).
+    engine: ClassVar[str]
+    #: One-line description for ``advisor targets``.
+    description: ClassVar[str]
+    #: The objective used when the user gives none, as ``"maximize:<metric>"``.
+    default_objective: ClassVar[str]
+    #: The SLO used by the quickstart when the user gives none.
+    default_slo: ClassVar[str]
+    #: What to install when the engine is missing (shown in the error).
+    install_hint: ClassVar[str]
+
+    def reported_metrics(self) -> frozenset[str]:
+        """Names of the metrics ``run`` reports (SLOs and objectives may only use these)."""
+        return frozenset(spec.name for spec in metrics_for_target(self.name))
+
+    def space(self) -> SearchSpace:
+        """This target's knob space (``search_spaces/<name>.yaml`` unless overridden)."""
+        return load_space(self.name)
+
+    @abstractmethod
+    def check_available(self) -> None:
+        """Raise :class:`~advisor.errors.EngineUnavailableError` (with what to install) if the
+        engine cannot run here. Called in the driver's process before a study starts."""
+
+    @abstractmethod
+    def engine_versions(self) -> dict[str, str]:
+        """Versions of every package that shapes this target's numbers (engine, numpy, ...)."""
+
+    @abstractmethod
+    def default_workload(self) -> Workload:
+        """The workload used when the user names none: small enough for a 2-core machine."""
+
+    def named_workloads(self) -> dict[str, Workload]:
+        """Presets selectable by name with ``--workload``; the default is always included."""
+        default = self.default_workload()
+        return {default.name: default}
+
+    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
+                ) -> dict[str, Any]:
+        """Build whatever every trial needs (datasets, embeddings, ground truth) once, in the
+        driver's process, so trial timeouts measure the engine and not data preparation.
+
+        Must be idempotent and cache on disk under ``cache_dir``. Returns facts to record with the
+        study (e.g. the dataset's hash and provenance). Raises ``WorkloadError``/``DataError``.
+        """
+        return {}
+
+    @abstractmethod
+    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        """Run one trial: start the engine with ``config``, warm it up, drive ``workload`` and
+        measure. Called inside an isolated child process.
+
+        Must raise :class:`~advisor.errors.ConfigRejectedError` for a config the engine rejects,
+        with the engine's own reason. Any other exception or a crash fails the trial too.
+        """
+
+    @abstractmethod
+    def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
+        """The exact command or code that reproduces ``config`` on this engine, for users to paste."""

@@ -1,0 +1,238 @@
+"""SearchSpace: the declarative knob space of one target, loaded and validated from YAML."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from advisor.errors import SearchSpaceError
+from search_spaces.knobs import Knob, parse_flags
+
+__all__ = ["SPACES_DIR", "SearchSpace", "load_space"]
+
+SPACES_DIR = Path(__file__).resolve().parent
+
+_KNOB_FIELDS = {
+    "name", "type", "default", "low", "high", "log", "step", "choices", "unit", "help", "stage",
+    "flag", "flags", "when", "high_from",
+}
+_TOP_FIELDS = {"target", "engine", "description", "knobs"}
+_STAGES = {"build", "engine", "search", "client"}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """An ordered list of knobs; a knob's ``when``/``high_from`` may only name earlier knobs."""
+
+    target: str
+    engine: str
+    description: str
+    knobs: tuple[Knob, ...]
+    source: str = "<memory>"
+
+    def __iter__(self) -> Iterator[Knob]:
+        return iter(self.knobs)
+
+    def __contains__(self, name: object) -> bool:
+        return any(k.name == name for k in self.knobs)
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise SearchSpaceError(
+            f"{self.target} has no knob {name!r}; its knobs are: "
+            f"{', '.join(k.name for k in self.knobs)}"
+        )
+
+    def active_knobs(self, config: Mapping[str, Any]) -> list[Knob]:
+        """Knobs that apply to ``config`` (conditions evaluated in order)."""
+        return [k for k in self.knobs if k.is_active(config)]
+
+    def default_config(self) -> dict[str, Any]:
+        """The engine defaults as recorded in the YAML, restricted to active knobs."""
+        config: dict[str, Any] = {}
+        for k in self.knobs:
+            if k.is_active(config):
+                value = k.default
+                if k.type in ("int", "float"):
+                    low, high = k.bounds(config)
+                    value = min(max(value, low), high)
+                config[k.name] = value
+        return config
+
+    def validate_config(self, config: Mapping[str, Any], *, fill_defaults: bool = False
+                        ) -> dict[str, Any]:
+        """Check ``config`` against the space and return it with only active knobs, in order.
+
+        Unknown knobs, values out of range and values for knobs whose conditions do not hold are
+        errors (each one named). With ``fill_defaults`` missing active knobs take their default.
+        """
+        problems: list[str] = []
+        names = {k.name for k in self.knobs}
+        for name in config:
+            if name not in names:
+                problems.append(f"unknown knob {name!r}")
+        clean: dict[str, Any] = {}
+        for k in self.knobs:
+            if not k.is_active(clean):
+                if k.name in config:
+                    cond = ", ".join(f"{n} in {list(v)}" for n, v in k.when.items())
+                    problems.append(f"{k.name!r} only applies when {cond}")
+                continue
+            if k.name not in config:
+                if fill_defaults:
+                    clean[k.name] = k.default
+                    continue
+                problems.append(f"missing value for {k.name!r}")
+                continue
+            value = config[k.name]
+            if k.type == "int" and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            why = k.check_value(value, clean)
+            if why:
+                problems.append(f"{k.name}: {why}")
+            clean[k.name] = value
+        if problems:
+            raise SearchSpaceError(
+                f"invalid config for target {self.target!r}: " + "; ".join(problems)
+            )
+        return clean
+
+    @classmethod
+    def from_file(cls, path: Path) -> SearchSpace:
+        """Load and validate a YAML file; errors name the file and the broken field."""
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise SearchSpaceError(f"cannot read search space {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise SearchSpaceError(f"{path}: not valid YAML: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<memory>") -> SearchSpace:
+        """Build from plain data, validating every field."""
+
+        def fail(where: str, why: str) -> SearchSpaceError:
+            return SearchSpaceError(f"{source}: {where}: {why}")
+
+        if not isinstance(data, Mapping):
+            raise fail("top level", "must be a mapping with 'target', 'engine' and 'knobs'")
+        for key in data:
+            if key not in _TOP_FIELDS:
+                raise fail(f"field {key!r}", f"unknown field; allowed: {sorted(_TOP_FIELDS)}")
+        for key in ("target", "engine", "knobs"):
+            if key not in data:
+                raise fail(f"field {key!r}", "is required")
+        raw_knobs = data["knobs"]
+        if not isinstance(raw_knobs, list) or not raw_knobs:
+            raise fail("field 'knobs'", "must be a non-empty list")
+        knobs: list[Knob] = []
+        seen: dict[str, Knob] = {}
+        for i, raw in enumerate(raw_knobs):
+            where = f"knobs[{i}]"
+            if not isinstance(raw, Mapping):
+                raise fail(where, "must be a mapping")
+            if "name" in raw:
+                where = f"knobs[{i}] ({raw['name']})"
+            knob = _parse_knob(raw, seen, lambda field, why, w=where: fail(f"{w}.{field}", why))
+            seen[knob.name] = knob
+            knobs.append(knob)
+        return cls(str(data["target"]), str(data["engine"]), str(data.get("description", "")),
+                   tuple(knobs), source)
+
+
+def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) -> Knob:
+    for key in raw:
+        if key not in _KNOB_FIELDS:
+            raise fail(key, f"unknown field; allowed: {sorted(_KNOB_FIELDS)}")
+    for key in ("name", "type", "default"):
+        if key not in raw:
+            raise fail(key, "is required")
+    name, ktype = str(raw["name"]), raw["type"]
+    if not name.isidentifier():
+        raise fail("name", f"must be an identifier, got {name!r}")
+    if name in earlier:
+        raise fail("name", f"duplicate knob {name!r}")
+    if ktype not in ("int", "float", "categorical", "bool"):
+        raise fail("type", f"must be int, float, categorical or bool, got {ktype!r}")
+    stage = raw.get("stage", "engine")
+    if stage not in _STAGES:
+        raise fail("stage", f"must be one of {sorted(_STAGES)}, got {stage!r}")
+    when: dict[str, tuple[Any, ...]] = {}
+    for dep, allowed in (raw.get("when") or {}).items():
+        if dep not in earlier:
+            raise fail("when", f"refers to {dep!r}, which is not an earlier knob")
+        values = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+        bad = [v for v in values if earlier[dep].check_value(v, {}) is not None
+               and earlier[dep].type in ("categorical", "bool")]
+        if bad:
+            raise fail("when", f"values {bad} are not valid for {dep!r}")
+        when[dep] = values
+    try:
+        flags = parse_flags(raw.get("flags", raw.get("flag")))
+        for mapping in flags:
+            if mapping.versions:
+                SpecifierSet(mapping.versions)
+    except (TypeError, KeyError, InvalidSpecifier) as exc:
+        raise fail("flags", f"must be a string or a list of {{flag, versions}}: {exc}") from None
+    common: dict[str, Any] = dict(
+        name=name, type=ktype, default=_resolve_high(raw["default"]), unit=str(raw.get("unit", "")),
+        help=str(raw.get("help", "")), stage=stage, flags=flags, when=when,
+    )
+    if ktype == "categorical":
+        choices = raw.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise fail("choices", "a categorical knob needs a non-empty list of choices")
+        if len(set(map(repr, choices))) != len(choices):
+            raise fail("choices", "choices must be distinct")
+        knob = Knob(**common, choices=tuple(choices))
+    elif ktype == "bool":
+        knob = Knob(**common)
+    else:
+        low, high = raw.get("low"), _resolve_high(raw.get("high"))
+        for key, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise fail(key, f"a numeric knob needs a number, got {value!r}")
+        if not low <= high:
+            raise fail("high", f"`low <= high` must hold, but got (low={low}, high={high})")
+        log = bool(raw.get("log", False))
+        if log and low <= 0:
+            raise fail("low", f"a log-scale knob needs low > 0, got {low}")
+        high_from = raw.get("high_from")
+        if high_from is not None and high_from not in earlier:
+            raise fail("high_from", f"refers to {high_from!r}, which is not an earlier knob")
+        knob = Knob(**common, low=low, high=high, log=log, step=raw.get("step"),
+                    high_from=high_from)
+    why = knob.check_value(knob.default, {})
+    if why and not (knob.high_from and knob.type in ("int", "float")):
+        raise fail("default", f"default {knob.default!r} {why}")
+    return knob
+
+
+def _resolve_high(value: Any) -> Any:
+    """``cpu_count`` (as ``high`` or ``default``) means this machine's usable cores."""
+    if value == "cpu_count":
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+    return value
+
+
+def load_space(target: str, directory: Path | None = None) -> SearchSpace:
+    """Load ``<directory>/<target>.yaml`` (the shipped spaces by default)."""
+    path = (directory or SPACES_DIR) / f"{target}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (directory or SPACES_DIR).glob("*.yaml"))
+        raise SearchSpaceError(f"no search space for target {target!r} at {path}; known: {known}")
+    space = SearchSpace.from_file(path)
+    if space.target != target:
+        raise SearchSpaceError(f"{path}: field 'target': says {space.target!r}, expected {target!r}")
+    return space

@@ -1,0 +1,70 @@
+"""Shared fixtures: an isolated settings/cache per test, the scripted target registered, and the
+trial stores (SQLite always; PostgreSQL when the local server answers)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from advisor.settings import Settings
+from knowledge import TrialStore
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTED = "scripted=tests.scripted_target:ScriptedTarget"
+PG_ADMIN_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(autouse=True)
+def _scripted_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVISOR_EXTRA_TARGETS", SCRIPTED)
+    # Trial children must import the tests package too.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(db_url=f"sqlite:///{tmp_path / 'advisor.db'}", cache_dir=tmp_path / "cache",
+                    trial_timeout_s=30, heartbeat_interval_s=0.5)
+
+
+def _postgres_url() -> Iterator[str]:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pytest.importorskip("psycopg")
+    admin = sqlalchemy.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            name = f"advisor_test_{uuid.uuid4().hex[:10]}"
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    except sqlalchemy.exc.OperationalError as exc:
+        admin.dispose()
+        if os.environ.get("CI") and not os.environ.get("ADVISOR_ALLOW_NO_POSTGRES"):
+            pytest.fail(f"PostgreSQL must be reachable in CI: {exc}")
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each store test runs on SQLite and on the local PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        yield from _postgres_url()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[TrialStore]:
+    s = TrialStore(db_url)
+    yield s
+    s.close()

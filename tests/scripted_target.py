@@ -1,0 +1,93 @@
+"""A scripted target for driver tests: a known response surface, plus configs that really crash,
+hang, get rejected or run out of memory in the trial's child process.
+
+Registered for tests through ``ADVISOR_EXTRA_TARGETS=scripted=tests.scripted_target:ScriptedTarget``
+(the child processes inherit the variable). It complements, never replaces, the real-engine tests.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import ConfigRejectedError
+from objectives.measurement import Measurement
+from objectives.target import ProgressFn, Target
+from objectives.workload import Workload
+from search_spaces import SearchSpace
+
+SPACE = {
+    "target": "scripted",
+    "engine": "scripted",
+    "knobs": [
+        {"name": "x", "type": "float", "low": 0.0, "high": 1.0, "default": 0.5, "stage": "search"},
+        {"name": "y", "type": "int", "low": 1, "high": 64, "log": True, "default": 8,
+         "stage": "build", "flag": "--y"},
+        {"name": "mode", "type": "categorical", "choices": ["a", "b"], "default": "a"},
+        {"name": "z", "type": "int", "low": 1, "high": 100, "default": 5, "high_from": "y",
+         "when": {"mode": ["b"]}},
+    ],
+}
+
+CRASH_X = 0.95  # x >= CRASH_X aborts the child (SIGABRT)
+HANG_X = 0.90  # HANG_X <= x < CRASH_X sleeps forever
+REJECT_X = 0.02  # x < REJECT_X is rejected by the "engine"
+
+
+def response(config: Mapping[str, Any]) -> dict[str, float]:
+    """The known response surface: qps peaks near x=0.6 and grows with y; latency grows with x*y."""
+    x, y = float(config["x"]), int(config["y"])
+    return {
+        "qps": 1000.0 * (1 - (x - 0.6) ** 2) * math.log2(y + 1) / 6,
+        "p95_latency_ms": 0.2 + 2.0 * x * y / 64,
+        "recall_at_10": min(1.0, 0.5 + 0.6 * x),
+    }
+
+
+class ScriptedTarget(Target):
+    name = "scripted"
+    engine = "scripted"
+    description = "scripted response surface for tests"
+    default_objective = "maximize:qps"
+    default_slo = "p95_latency_ms<=1,recall_at_10>=0.8"
+    install_hint = "nothing to install"
+
+    def reported_metrics(self) -> frozenset[str]:
+        return frozenset({"qps", "p95_latency_ms", "recall_at_10"})
+
+    def space(self) -> SearchSpace:
+        return SearchSpace.from_dict(SPACE, source="tests/scripted_target.py")
+
+    def check_available(self) -> None:
+        return None
+
+    def engine_versions(self) -> dict[str, str]:
+        return {"scripted": "1.0"}
+
+    def default_workload(self) -> Workload:
+        return Workload("scripted", "scripted-default", {"delay_s": 0.0})
+
+    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
+                ) -> dict[str, Any]:
+        return {"scripted": True}
+
+    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        x = float(config["x"])
+        if x >= CRASH_X:
+            os.abort()
+        if x >= HANG_X:
+            time.sleep(3600)
+        if x < REJECT_X:
+            raise ConfigRejectedError(f"x={x} is below the engine's minimum {REJECT_X}")
+        if os.environ.get("SCRIPTED_ALLOCATE_MB"):
+            blob = bytearray(int(os.environ["SCRIPTED_ALLOCATE_MB"]) * 2**20)
+            del blob
+        time.sleep(float(workload.params.get("delay_s", 0.0)))
+        return Measurement(response(config), self.engine_versions(), {"pid": os.getpid()})
+
+    def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
+        return "scripted " + " ".join(f"--{k} {v}" for k, v in config.items())
