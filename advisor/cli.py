@@ -95,7 +95,7 @@ def targets_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List the targets (engines) you can tune and their knobs."""
-    data = []
+    data: list[dict[str, Any]] = []
     for name in target_names():
         target = get_target(name)
         space = target.space()
@@ -222,8 +222,8 @@ def tune_cmd(
         help="Study name (default: derived from target, workload, SLO and objective, so rerunning "
              "the same command with --resume continues it).")] = None,
     resume: Annotated[bool, typer.Option(
-        help="Continue an existing study: recover trials a killed run left behind, then run "
-             "until --trials have finished.")] = False,
+        help="Continue the study if it exists (recovering trials a killed run left behind) and "
+             "run until --trials have finished; start it if it does not exist yet.")] = False,
     workload: Annotated[str | None, typer.Option(
         help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
@@ -263,12 +263,14 @@ def tune_cmd(
     reporter = _ProgressReporter(obj, slo_obj.metrics)
     driver = StudyDriver(store, settings, reporter)
     try:
-        if resume:
-            stored = store.get_study(study_name)
-            if stored is not None and (slo or objective or workload or workload_param):
+        stored = store.get_study(study_name) if resume else None
+        if stored is not None:
+            if slo or objective or workload or workload_param:
                 _check_same(stored, str(slo_obj), obj, wl, target)
             result = driver.resume(study_name, trials)
         else:
+            if resume:
+                err.print(f"no study named {study_name!r} yet: starting it")
             result = driver.run(StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
                 n_trials=trials, sampler=sampler, seed=seed, include_default=include_default))
@@ -352,7 +354,7 @@ def studies_cmd(
 ) -> None:
     """List stored studies with their trial counts."""
     store = _store()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for s in store.list_studies(target):
         trials = store.trials_of_study(s.id or 0)
         rows.append({
@@ -496,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: run the CLI, turning advisor errors into one-line messages."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
     except AdvisorError as exc:
         if "--debug" in args:
             raise
@@ -515,3 +517,5 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         raise
 
+    if isinstance(code, int) and code:  # non-standalone click returns typer.Exit's code
+        sys.exit(code)

@@ -237,17 +237,17 @@ class StudyDriver:
     def _recover(self, study: StudyRecord, ostudy: optuna.Study, spec: StudySpec) -> None:
         """Reconcile the store and Optuna after a killed driver; re-queue interrupted configs."""
         records = {t.optuna_trial_id: t for t in self.store.trials_of_study(study.id or 0)}
-        for rec in records.values():
-            if rec.status == TrialStatus.RUNNING and not self._is_abandoned(rec):
+        for stored in records.values():
+            if stored.status == TrialStatus.RUNNING and not self._is_abandoned(stored):
                 raise StudyError(
-                    f"study {study.name!r} is still running elsewhere (trial {rec.number} on "
-                    f"{rec.host}, pid {rec.pid}); stop that driver first")
+                    f"study {study.name!r} is still running elsewhere (trial {stored.number} on "
+                    f"{stored.host}, pid {stored.pid}); stop that driver first")
         for frozen in ostudy.get_trials(deepcopy=False):
             if frozen.state not in (TrialState.RUNNING, TrialState.WAITING):
                 continue
-            rec = records.get(frozen._trial_id)
             if frozen.state == TrialState.WAITING:
                 continue  # queued but never started: the loop will pick it up
+            rec = records.get(frozen._trial_id)
             if rec is not None and rec.status == TrialStatus.COMPLETE:
                 # Killed after storing the measurement but before telling Optuna: tell it now.
                 self._tell_complete(ostudy, frozen._trial_id, frozen.number, rec, spec)
@@ -346,8 +346,9 @@ class StudyDriver:
                     "failed", error_type="missing_metric", duration_s=outcome.duration_s,
                     reason=f"the target did not report {', '.join(missing)}")
         if not outcome.ok or m is None:
-            stored = self.store.fail_trial(rec.id or 0, error_type=outcome.error_type or "error",
-                                           error=outcome.reason or "", duration_s=outcome.duration_s)
+            stored = self.store.fail_trial(
+                rec.id or 0, error_type=outcome.error_type or "error", error=outcome.reason or "",
+                duration_s=outcome.duration_s)
             ostudy.tell(otrial, state=TrialState.FAIL)
             return stored
         margins = _margin_records(spec.slo, m.metrics)

@@ -56,7 +56,7 @@ class EngineStartError(AdvisorError):
 
 
 class ConfigRejectedError(AdvisorError):
-    """The engine rejected a configuration (invalid knob combination). Recorded as a failed trial."""
+    """The engine rejected a config (invalid knob combination); recorded as a failed trial."""
 
 
 class TrialFailedError(AdvisorError):

@@ -8,6 +8,7 @@ SIGKILLed driver leaves no orphaned engine behind.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -71,10 +72,8 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
         try:
             proc.wait(timeout=wait_s)
             # The leader is gone; make sure no grandchild in its group survives either.
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             return
         except subprocess.TimeoutExpired:
             continue

@@ -8,7 +8,7 @@ with predictions and intervals builds on this.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.objective import Objective
@@ -98,19 +98,16 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                 best = t
         elif closest is None or _violation(margins) < _violation(slo.margins(closest.metrics)):
             closest = t
-    common = dict(slo=slo, objective=objective, target=target, hardware_key=hardware_key,
-                  considered=len(usable), feasible_count=feasible)
-    default = _engine_default_for(usable, best)
+    answer = Recommendation(slo=slo, objective=objective, target=target,
+                            hardware_key=hardware_key, considered=len(usable),
+                            feasible_count=feasible)
     if best is not None:
-        launch = engine.launch_command(best.config,
-                                                   Workload.from_spec(best.workload_spec))
-        return Recommendation(**common, trial=best, margins=slo.margins(best.metrics),
-                              launch_command=launch, default_trial=default)
-    return Recommendation(
-        **common, closest=closest,
-        closest_margins=slo.margins(closest.metrics) if closest else {},
-        tune_command=_tune_command(target, slo, objective),
-    )
+        launch = engine.launch_command(best.config, Workload.from_spec(best.workload_spec))
+        return replace(answer, trial=best, margins=slo.margins(best.metrics),
+                       launch_command=launch, default_trial=_engine_default_for(usable, best))
+    return replace(answer, closest=closest,
+                   closest_margins=slo.margins(closest.metrics) if closest else {},
+                   tune_command=_tune_command(target, slo, objective))
 
 
 def _engine_default_for(trials: list[TrialRecord], best: TrialRecord | None

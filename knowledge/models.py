@@ -30,7 +30,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise ValueError("naive datetime given to the trial store; use knowledge.models.utcnow()")
+            raise ValueError("naive datetime given to the trial store; use utcnow()")
         return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:

@@ -139,7 +139,7 @@ class TrialStore:
     # trials --------------------------------------------------------------------------------
 
     def start_trial(self, trial: TrialRecord) -> TrialRecord:
-        """Insert a trial in ``running`` state (before the engine starts, so a crash leaves a trace)."""
+        """Insert a trial as ``running`` before the engine starts, so a crash leaves a trace."""
         trial.status = TrialStatus.RUNNING
         trial.host = trial.host or socket.gethostname()
         trial.pid = trial.pid if trial.pid is not None else os.getpid()

@@ -45,4 +45,4 @@ def get_target(name: str) -> Target:
         ) from None
     module_name, _, class_name = path.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cls()  # type: ignore[no-any-return]
+    return cls()

@@ -1,4 +1,4 @@
-"""SLO expressions: parsing, and the margins that tell a sampler how far a trial is from meeting them.
+"""SLO expressions: parsing, and the margins telling a sampler how far a trial is from meeting them.
 
 An SLO is a conjunction of bounds such as ``"p95_latency_ms<=2, recall_at_10>=0.95"``. Each bound
 yields a margin, relative to its threshold, that is ``<= 0`` exactly when the bound holds; these

@@ -90,4 +90,4 @@ class Target(ABC):
 
     @abstractmethod
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
-        """The exact command or code that reproduces ``config`` on this engine, for users to paste."""
+        """The exact command or code that reproduces ``config`` on this engine, to paste."""

@@ -106,7 +106,7 @@ class Knob:
         else:
             values = [low + (high - low) * i / max(points - 1, 1) for i in range(points)]
         if self.type == "int":
-            return sorted({int(round(v)) for v in values})
+            return sorted({round(v) for v in values})
         return sorted(set(values))
 
 

@@ -201,6 +201,7 @@ def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) 
         for key, value in (("low", low), ("high", high)):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise fail(key, f"a numeric knob needs a number, got {value!r}")
+        assert low is not None and high is not None  # checked just above
         if not low <= high:
             raise fail("high", f"`low <= high` must hold, but got (low={low}, high={high})")
         log = bool(raw.get("log", False))
@@ -234,5 +235,6 @@ def load_space(target: str, directory: Path | None = None) -> SearchSpace:
         raise SearchSpaceError(f"no search space for target {target!r} at {path}; known: {known}")
     space = SearchSpace.from_file(path)
     if space.target != target:
-        raise SearchSpaceError(f"{path}: field 'target': says {space.target!r}, expected {target!r}")
+        raise SearchSpaceError(
+            f"{path}: field 'target': says {space.target!r}, expected {target!r}")
     return space

@@ -29,7 +29,7 @@ def _scripted_target(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(db_url=f"sqlite:///{tmp_path / 'advisor.db'}", cache_dir=tmp_path / "cache",
-                    trial_timeout_s=30, heartbeat_interval_s=0.5)
+                    trial_timeout_s=5, heartbeat_interval_s=0.5)
 
 
 def _postgres_url() -> Iterator[str]:
@@ -68,3 +68,9 @@ def store(db_url: str) -> Iterator[TrialStore]:
     s = TrialStore(db_url)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def faiss_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One dataset/index cache for the whole session, so MiniLM embeds the test corpus once."""
+    return tmp_path_factory.mktemp("faiss-cache")

@@ -80,7 +80,7 @@ def test_refuses_to_overwrite_and_to_resume_missing(settings: Settings) -> None:
     store = TrialStore(settings.db_url)
     driver = StudyDriver(store, settings)
     driver.run(_spec(name="dup", n=2))
-    with pytest.raises(StudyError, match="already exists .*--resume"):
+    with pytest.raises(StudyError, match=r"already exists .*--resume"):
         driver.run(_spec(name="dup", n=2))
     with pytest.raises(StudyError, match="no study named 'nope'"):
         driver.resume("nope")
@@ -129,7 +129,7 @@ def test_sigkill_then_resume_loses_nothing(db_url: str, tmp_path: Path) -> None:
     assert len(running) == 1  # the trial the kill interrupted
     interrupted_config = running[0].config
 
-    done = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
 
     trials = store.trials_of_study(study.id or 0)

@@ -7,9 +7,8 @@ import pytest
 
 from advisor.driver import _make_sampler
 from advisor.sampling import suggest_config
-from search_spaces import load_space
+from search_spaces import SearchSpace, load_space
 from tests.scripted_target import SPACE
-from search_spaces import SearchSpace
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "random"])

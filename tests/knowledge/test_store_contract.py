@@ -7,7 +7,14 @@ from datetime import timedelta
 import pytest
 
 from advisor.errors import StoreError
-from knowledge import SLOMarginRecord, StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
+from knowledge import (
+    SLOMarginRecord,
+    StudyRecord,
+    TrialFilter,
+    TrialRecord,
+    TrialStatus,
+    TrialStore,
+)
 from knowledge.models import utcnow
 
 

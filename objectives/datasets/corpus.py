@@ -1,0 +1,148 @@
+"""A real text corpus available offline: the docstrings of the CPython standard library.
+
+Every Python installation ships it, so the vector-search workload needs no download. Docstrings
+are read by parsing the stdlib sources with :mod:`ast` (nothing is imported, so no module's import
+side effects run), split into paragraphs and deduplicated. Passages are then ordered by the sha256
+of their text: a fixed order that does not depend on the file layout and spreads any prefix over
+the whole library, so ``load_passages(2000)`` is a sample of every module, not of ``a*.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import os
+import platform
+import sysconfig
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import DataError
+
+__all__ = [
+    "CORPUS_NAME",
+    "MIN_WORDS",
+    "corpus_provenance",
+    "load_passages",
+    "passages_sha256",
+    "stdlib_dir",
+]
+
+logger = logging.getLogger(__name__)
+
+CORPUS_NAME = "python-stdlib-docstrings"
+#: Shorter paragraphs ("Return self.", "See above.") carry too little meaning to retrieve.
+MIN_WORDS = 8
+# Test suites and demo/tool packages are mostly fixtures, not documentation; site-packages holds
+# whatever the user installed, which would make the corpus differ between machines.
+_SKIP_DIRS = frozenset({"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo"})
+_DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def stdlib_dir() -> Path:
+    """The directory holding this interpreter's standard-library sources."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _source_files(root: Path) -> Iterator[Path]:
+    """Every ``.py`` file under ``root`` outside the skipped directories, in sorted order."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        # Sorting in place makes os.walk descend in a fixed order on every filesystem.
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield Path(dirpath) / name
+
+
+def _docstrings(path: Path) -> Iterator[str]:
+    """Docstrings of the module, classes and functions in ``path``, in source order."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as exc:
+        # A few stdlib files are deliberately unparsable or unreadable; they hold no prose we need.
+        logger.debug("skipping %s: %s", path, exc)
+        return
+    nodes = [n for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
+    nodes.sort(key=lambda n: getattr(n, "lineno", 0))
+    for node in nodes:
+        doc = ast.get_docstring(node, clean=True)
+        if doc:
+            yield doc
+
+
+def _paragraphs(doc: str) -> Iterator[str]:
+    """Blank-line separated paragraphs with whitespace collapsed; doctest blocks dropped."""
+    block: list[str] = []
+    for line in [*doc.splitlines(), ""]:
+        if line.strip():
+            block.append(line)
+            continue
+        if block:
+            text = " ".join(" ".join(block).split())
+            block = []
+            if not text.startswith(">>>"):
+                yield text
+
+
+@lru_cache(maxsize=1)
+def _corpus() -> tuple[str, ...]:
+    root = stdlib_dir()
+    if not root.is_dir():
+        raise DataError(
+            f"the standard-library sources are not at {root}; cannot build {CORPUS_NAME}"
+        )
+    seen: set[str] = set()
+    passages: list[str] = []
+    for path in _source_files(root):
+        for doc in _docstrings(path):
+            for text in _paragraphs(doc):
+                if len(text.split()) >= MIN_WORDS and text not in seen:
+                    seen.add(text)
+                    passages.append(text)
+    if not passages:
+        raise DataError(f"no docstring passages found under {root}")
+    passages.sort(key=lambda text: hashlib.sha256(text.encode()).digest())
+    return tuple(passages)
+
+
+def load_passages(limit: int | None = None) -> list[str]:
+    """The first ``limit`` passages of the corpus (all of them for ``None``), in corpus order.
+
+    Raises :class:`DataError` when the corpus holds fewer than ``limit`` passages.
+    """
+    passages = _corpus()
+    if limit is None:
+        return list(passages)
+    if limit < 0:
+        raise DataError(f"`limit >= 0` must hold, but got {limit=}")
+    if limit > len(passages):
+        raise DataError(
+            f"asked for {limit} passages but {CORPUS_NAME} (Python {platform.python_version()}) "
+            f"has only {len(passages)}"
+        )
+    return list(passages[:limit])
+
+
+def passages_sha256(passages: list[str] | tuple[str, ...]) -> str:
+    """sha256 over the NUL-separated passages: equal hashes mean equal texts in equal order."""
+    digest = hashlib.sha256()
+    for text in passages:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def corpus_provenance(passages: list[str] | None = None) -> dict[str, Any]:
+    """Where ``passages`` (the whole corpus by default) came from, for recording with a study."""
+    texts = _corpus() if passages is None else passages
+    return {
+        "name": CORPUS_NAME,
+        "python_version": platform.python_version(),
+        "source": str(stdlib_dir()),
+        "min_words": MIN_WORDS,
+        "n_passages": len(texts),
+        "sha256": passages_sha256(texts),
+    }

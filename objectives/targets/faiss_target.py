@@ -1,0 +1,418 @@
+"""The faiss target: approximate nearest-neighbour search with faiss-cpu, measured per query.
+
+A trial builds (or loads from the on-disk build cache) one index family — IVF-Flat, IVF-PQ, HNSW
+or IVF with an HNSW coarse quantizer — sets the search knobs, and measures single-query latency,
+batched throughput and recall@k against exact ground truth. Only build-stage knobs key the build
+cache, so a study that varies nprobe or efSearch builds each index once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from advisor.errors import (
+    ConfigRejectedError,
+    EngineUnavailableError,
+    SearchSpaceError,
+    WorkloadError,
+)
+from objectives.datasets.vectors import (
+    RECALL_CUTOFFS,
+    VectorDataset,
+    build_or_load_dataset,
+    load_dataset,
+)
+from objectives.measurement import Measurement
+from objectives.target import ProgressFn, Target
+from objectives.workload import Workload, canonical_json
+from search_spaces import SearchSpace
+
+__all__ = ["FaissTarget"]
+
+KIND = "vector-search"
+#: Single queries run before measuring, so page faults and thread start-up are not measured.
+WARMUP_QUERIES = 50
+#: The single-query pass stops after this long (with at least MIN_MEASURED queries) so that a slow
+#: config on a large workload cannot eat the trial's whole timeout; the count used is recorded.
+SINGLE_QUERY_BUDGET_S = 5.0
+BATCHED_BUDGET_S = 20.0
+MIN_MEASURED = 200
+#: Scores this close to the k-th exact score count as ties (float32 sums differ between kernels).
+TIE_EPS = 1e-5
+_BUILD_CACHE_FORMAT = 1
+
+
+def _factory_string(config: Mapping[str, Any]) -> str:
+    kind = config["index_type"]
+    if kind == "ivf_flat":
+        return f"IVF{config['nlist']},Flat"
+    if kind == "ivf_pq":
+        return f"IVF{config['nlist']},PQ{config['pq_m']}x{config['pq_nbits']}"
+    if kind == "hnsw":
+        return f"HNSW{config['hnsw_m']},Flat"
+    if kind == "ivf_hnsw":
+        return f"IVF{config['nlist']}_HNSW{config['hnsw_m']},Flat"
+    raise ConfigRejectedError(f"unknown index_type {kind!r}")
+
+
+def _check_feasible(config: Mapping[str, Any], n_base: int, dim: int) -> None:
+    """Reject configs faiss would fail on (or abort the process for), with the reason."""
+    nlist = config.get("nlist")
+    if nlist is not None and nlist > n_base:
+        raise ConfigRejectedError(
+            f"nlist={nlist} needs at least {nlist} training vectors, but the dataset has "
+            f"n_base={n_base}; k-means cannot make more lists than points"
+        )
+    if config["index_type"] == "ivf_pq":
+        m, nbits = config["pq_m"], config["pq_nbits"]
+        if dim % m:
+            raise ConfigRejectedError(
+                f"pq_m={m} must divide the vector dimension d={dim} (PQ splits vectors into m "
+                f"equal sub-vectors); divisors of {dim} in range: "
+                f"{[c for c in (8, 16, 24, 32, 48, 64, 96) if dim % c == 0]}"
+            )
+        if 2**nbits > n_base:
+            raise ConfigRejectedError(
+                f"pq_nbits={nbits} needs at least {2**nbits} training vectors per sub-quantizer, "
+                f"but the dataset has n_base={n_base}"
+            )
+
+
+class FaissTarget(Target):
+    """faiss-cpu indexes over a cached vector dataset (stdlib docstrings or synthetic)."""
+
+    name: ClassVar[str] = "faiss"
+    engine: ClassVar[str] = "faiss"
+    description: ClassVar[str] = (
+        "Approximate nearest-neighbour search with faiss-cpu (IVF-Flat, IVF-PQ, HNSW, IVF-HNSW)"
+    )
+    default_objective: ClassVar[str] = "maximize:qps"
+    default_slo: ClassVar[str] = "p95_latency_ms<=0.25,recall_at_10>=0.95"
+    install_hint: ClassVar[str] = "pip install 'slo-advisor[faiss]'"
+
+    def __init__(self) -> None:
+        self._space: SearchSpace | None = None
+
+    def space(self) -> SearchSpace:
+        # Parsed once per instance: run() consults it for every trial's validation and cache key.
+        if self._space is None:
+            self._space = super().space()
+        return self._space
+
+    # -- availability and versions --------------------------------------------------------------
+
+    def check_available(self) -> None:
+        try:
+            import faiss  # noqa: F401
+        except ImportError as exc:
+            raise EngineUnavailableError(
+                f"the faiss target needs faiss-cpu, which cannot be imported ({exc}); "
+                f"install it with: {self.install_hint}"
+            ) from None
+
+    def engine_versions(self) -> dict[str, str]:
+        self.check_available()
+        import faiss
+
+        return {"faiss": faiss.__version__, "numpy": np.__version__}
+
+    # -- workloads --------------------------------------------------------------------------------
+
+    def default_workload(self) -> Workload:
+        # The stdlib corpus of Python 3.11 holds ~9.4k passages of >= 8 words: 8k base vectors
+        # plus 1k held-out queries fits every 3.11+ interpreter with room to spare.
+        return Workload(KIND, "stdlib-docs-8k", {
+            "dataset": "stdlib-docs", "n_base": 8000, "n_queries": 1000, "k": 10, "seed": 0,
+        })
+
+    def named_workloads(self) -> dict[str, Workload]:
+        default = self.default_workload()
+        return {
+            default.name: default,
+            "stdlib-docs-2k": Workload(KIND, "stdlib-docs-2k", {
+                "dataset": "stdlib-docs", "n_base": 2000, "n_queries": 100, "k": 10, "seed": 0,
+            }),
+            # Synthetic (labelled so in every measurement): real corpora this large need hours of
+            # CPU embedding; the clustered mixture keeps IVF's trade-offs recognisable.
+            "synthetic-1m": Workload(KIND, "synthetic-1m", {
+                "dataset": "synthetic", "n_base": 1_000_000, "n_queries": 1000, "k": 10,
+                "seed": 0, "dim": 384, "n_clusters": 1024,
+            }),
+        }
+
+    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
+                ) -> dict[str, Any]:
+        _check_kind(workload)
+        dataset = build_or_load_dataset(workload.params, cache_dir, progress)
+        return dict(dataset.provenance)
+
+    # -- one trial --------------------------------------------------------------------------------
+
+    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        started = time.perf_counter()
+        self.check_available()
+        import faiss
+
+        _check_kind(workload)
+        clean = self._validate(config)
+        dataset = load_dataset(workload.params, cache_dir)
+        _check_feasible(clean, dataset.base.shape[0], dataset.dim)
+        faiss.omp_set_num_threads(int(clean["threads"]))
+        index, build = self._index(clean, dataset, Path(cache_dir))
+        applied = _apply_search_params(index, clean)
+        metrics, counts = _measure(index, dataset, int(clean["batch_size"]))
+        metrics["index_memory_mb"] = build["index_bytes"] / 2**20
+        metrics["build_time_s"] = build["build_time_s"]
+        versions = {"faiss": faiss.__version__, "numpy": np.__version__,
+                    **dataset.provenance.get("embedder_versions", {})}
+        details = {
+            **counts,
+            "factory": build["factory"],
+            "build_cached": build["cached"],
+            "build_key": build["key"],
+            "search_params": applied,
+            "threads": faiss.omp_get_max_threads(),
+            "batch_size": int(clean["batch_size"]),
+            "k": dataset.k,
+            "data_hash": dataset.data_hash,
+            "synthetic": dataset.synthetic,
+            "dataset": dict(dataset.provenance),
+        }
+        return Measurement(metrics=metrics, engine_versions=versions, details=details,
+                           duration_s=time.perf_counter() - started)
+
+    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return self.space().validate_config(config, fill_defaults=True)
+        except SearchSpaceError as exc:
+            raise ConfigRejectedError(str(exc)) from None
+
+    def _index(self, config: Mapping[str, Any], dataset: VectorDataset, cache_dir: Path
+               ) -> tuple[Any, dict[str, Any]]:
+        """The trained, filled index for ``config``'s build knobs, from the build cache if there."""
+        import faiss
+
+        build_knobs = {k.name: config[k.name] for k in self.space().active_knobs(config)
+                       if k.stage == "build"}
+        key = hashlib.sha256(canonical_json({
+            "format": _BUILD_CACHE_FORMAT, "faiss": faiss.__version__,
+            "data_hash": dataset.data_hash, "build": build_knobs,
+        }).encode()).hexdigest()[:16]
+        directory = cache_dir / "indexes" / dataset.data_hash
+        index_path, meta_path = directory / f"{key}.faiss", directory / f"{key}.json"
+        if index_path.is_file() and meta_path.is_file():
+            meta = json.loads(meta_path.read_text())
+            return faiss.read_index(str(index_path)), {**meta, "cached": True, "key": key}
+        index, build_time_s = _build(config, dataset)
+        directory.mkdir(parents=True, exist_ok=True)
+        # Sidecar first: a reader needs both files, so a kill between the two replaces is harmless.
+        meta = {"factory": _factory_string(config), "build_knobs": build_knobs,
+                "build_time_s": build_time_s}
+        _atomic_write(meta_path, lambda p: p.write_text(json.dumps(meta, sort_keys=True)))
+        _atomic_write(index_path, lambda p: faiss.write_index(index, str(p)))
+        # The file holds exactly faiss.serialize_index's bytes; its size avoids a second copy.
+        meta["index_bytes"] = index_path.stat().st_size
+        _atomic_write(meta_path, lambda p: p.write_text(json.dumps(meta, sort_keys=True)))
+        return index, {**meta, "cached": False, "key": key}
+
+    # -- reproduction -----------------------------------------------------------------------------
+
+    def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
+        clean = self._validate(config)
+        dim = int(workload.params.get("dim", 384)) if workload is not None else 384
+        k = int(workload.params.get("k", 10)) if workload is not None else 10
+        kind = clean["index_type"]
+        lines = [
+            "import faiss",
+            f"faiss.omp_set_num_threads({clean['threads']})",
+            f'index = faiss.index_factory({dim}, "{_factory_string(clean)}", '
+            "faiss.METRIC_INNER_PRODUCT)",
+        ]
+        if kind == "ivf_pq":
+            lines.append("index.do_polysemous_training = False  # unused at search; slow to train")
+        if kind == "hnsw":
+            lines.append(f"index.hnsw.efConstruction = {clean['ef_construction']}")
+        if kind == "ivf_hnsw":
+            lines += [
+                "quantizer = faiss.downcast_index(faiss.extract_index_ivf(index).quantizer)",
+                f"quantizer.hnsw.efConstruction = {clean['ef_construction']}",
+            ]
+        lines += [f"index.train(xb)  # xb: float32 [N, {dim}], rows L2-normalised",
+                  "index.add(xb)"]
+        if "nprobe" in clean:
+            lines.append(f"faiss.extract_index_ivf(index).nprobe = {clean['nprobe']}")
+        if kind == "hnsw":
+            lines.append(f"index.hnsw.efSearch = {clean['ef_search']}")
+        if kind == "ivf_hnsw":
+            lines.append(f"quantizer.hnsw.efSearch = {clean['ef_search']}")
+        lines.append(f"D, I = index.search(xq, {k})  # xq: normalised queries, "
+                     f"{clean['batch_size']} per call")
+        return "\n".join(lines)
+
+
+def _check_kind(workload: Workload) -> None:
+    if workload.kind != KIND:
+        raise WorkloadError(
+            f"the faiss target runs workloads of kind {KIND!r}, got {workload.kind!r}"
+        )
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Write via ``write(tmp_path)`` then rename over ``path``: readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _build(config: Mapping[str, Any], dataset: VectorDataset) -> tuple[Any, float]:
+    """Create, train and fill the index; returns it with the train + add time in seconds."""
+    import faiss
+
+    index: Any = faiss.index_factory(dataset.dim, _factory_string(config),
+                                     faiss.METRIC_INNER_PRODUCT)
+    # efConstruction only matters while the graph is built, so it is set before train/add.
+    if config["index_type"] == "ivf_pq":
+        # index_factory turns on polysemous training (code reordering for Hamming pre-filtering),
+        # which multiplies train time ~8x; searches here never use it (polysemous_ht stays 0).
+        index.do_polysemous_training = False
+    elif config["index_type"] == "hnsw":
+        index.hnsw.efConstruction = int(config["ef_construction"])
+    elif config["index_type"] == "ivf_hnsw":
+        _quantizer(index).hnsw.efConstruction = int(config["ef_construction"])
+    base = np.ascontiguousarray(dataset.base)  # faiss needs a real array, not a memmap view
+    started = time.perf_counter()
+    try:
+        index.train(base)
+        index.add(base)
+    except RuntimeError as exc:
+        # faiss raises RuntimeError for invalid parameters it checks itself (FAISS_THROW_IF_NOT).
+        raise ConfigRejectedError(f"faiss rejected {_factory_string(config)}: {exc}") from None
+    return index, time.perf_counter() - started
+
+
+def _quantizer(index: Any) -> Any:
+    import faiss
+
+    return faiss.downcast_index(faiss.extract_index_ivf(index).quantizer)
+
+
+def _apply_search_params(index: Any, config: Mapping[str, Any]) -> dict[str, int]:
+    """Set nprobe / efSearch on ``index``; returns what was set, for the record."""
+    import faiss
+
+    applied: dict[str, int] = {}
+    kind = config["index_type"]
+    if "nprobe" in config:
+        faiss.extract_index_ivf(index).nprobe = int(config["nprobe"])
+        applied["nprobe"] = int(config["nprobe"])
+    if kind == "hnsw":
+        index.hnsw.efSearch = int(config["ef_search"])
+        applied["efSearch"] = int(config["ef_search"])
+    elif kind == "ivf_hnsw":
+        _quantizer(index).hnsw.efSearch = int(config["ef_search"])
+        applied["quantizer_efSearch"] = int(config["ef_search"])
+    return applied
+
+
+def _percentiles(prefix: str, latencies_ns: np.ndarray) -> dict[str, float]:
+    ms = latencies_ns.astype(np.float64) / 1e6
+    p50, p90, p95, p99 = np.percentile(ms, [50, 90, 95, 99])
+    return {f"{prefix}p50_latency_ms": p50, f"{prefix}p90_latency_ms": p90,
+            f"{prefix}p95_latency_ms": p95, f"{prefix}p99_latency_ms": p99}
+
+
+def _single_query_pass(index: Any, queries: np.ndarray, k: int) -> np.ndarray:
+    """Per-query latency (ns) with one search call per query, as an online retriever issues them."""
+    latencies: list[int] = []
+    deadline = time.perf_counter_ns() + int(SINGLE_QUERY_BUDGET_S * 1e9)
+    for i in range(queries.shape[0]):
+        query = queries[i:i + 1]
+        t0 = time.perf_counter_ns()
+        index.search(query, k)
+        t1 = time.perf_counter_ns()
+        latencies.append(t1 - t0)
+        if t1 > deadline and len(latencies) >= MIN_MEASURED:
+            break
+    return np.asarray(latencies, dtype=np.int64)
+
+
+def _batched_pass(index: Any, queries: np.ndarray, k: int, batch_size: int
+                  ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Search in batches; returns ids of the answered queries, per-query latency (ns: the batch's
+    wall time) and the total wall time (ns)."""
+    ids, latencies, total = [], [], 0
+    deadline = time.perf_counter_ns() + int(BATCHED_BUDGET_S * 1e9)
+    for start in range(0, queries.shape[0], batch_size):
+        batch = queries[start:start + batch_size]
+        t0 = time.perf_counter_ns()
+        _, found = index.search(batch, k)
+        t1 = time.perf_counter_ns()
+        total += t1 - t0
+        ids.append(found)
+        latencies.extend([t1 - t0] * batch.shape[0])
+        if t1 > deadline and len(latencies) >= MIN_MEASURED:
+            break
+    return np.concatenate(ids), np.asarray(latencies, dtype=np.int64), total
+
+
+def _recall(found: np.ndarray, dataset: VectorDataset, cutoff: int) -> float:
+    """Mean over queries of |ANN top-c ∩ exact top-c| / c, counting exact ties as hits.
+
+    A returned vector whose true score equals the c-th exact score is as good an answer as the one
+    the exact search happened to list, so it counts (the big-ann-benchmarks convention); without
+    this, float rounding differences between kernels could make an exhaustive search score < 1.
+    """
+    n = found.shape[0]
+    ann, exact = found[:, :cutoff], np.asarray(dataset.gt_ids[:n, :cutoff])
+    hit = (ann[:, :, None] == exact[:, None, :]).any(axis=2)
+    rows, cols = np.nonzero(~hit & (ann >= 0))
+    if rows.size:
+        queries = np.asarray(dataset.queries[:n])
+        ids = ann[rows, cols]
+        order = np.argsort(ids)  # sorted reads are kinder to a memory-mapped base
+        vectors = np.empty((ids.size, dataset.dim), dtype=np.float32)
+        vectors[order] = dataset.base[ids[order]]
+        scores = np.einsum("nd,nd->n", queries[rows], vectors)
+        kth = np.asarray(dataset.gt_scores[:n, cutoff - 1])[rows]
+        hit[rows, cols] = scores >= kth - TIE_EPS
+    return float(hit.sum() / (n * cutoff))
+
+
+def _measure(index: Any, dataset: VectorDataset, batch_size: int
+             ) -> tuple[dict[str, float], dict[str, int]]:
+    queries = np.ascontiguousarray(dataset.queries)
+    k = dataset.k
+    warmup = min(WARMUP_QUERIES, queries.shape[0])
+    for i in range(warmup):
+        index.search(queries[i:i + 1], k)
+    index.search(queries[:batch_size], k)
+
+    single = _single_query_pass(index, queries, k)
+    found, batch_latency, batch_total_ns = _batched_pass(index, queries, k, batch_size)
+    metrics: dict[str, float] = {
+        **_percentiles("", single),
+        "mean_latency_ms": float(single.mean() / 1e6),
+        "single_qps": float(single.size / (single.sum() / 1e9)),
+        **_percentiles("batch_", batch_latency),
+        "qps": float(found.shape[0] / (batch_total_ns / 1e9)),
+    }
+    for cutoff in RECALL_CUTOFFS:
+        if cutoff <= k:
+            metrics[f"recall_at_{cutoff}"] = _recall(found, dataset, cutoff)
+    counts = {"n_queries": int(found.shape[0]), "single_query_count": int(single.size),
+              "warmup_queries": warmup}
+    return {name: float(value) for name, value in metrics.items()}, counts

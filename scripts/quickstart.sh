@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up slo-advisor in ./.venv and run the main job on the embedded defaults: a FAISS tuning
+# study on this machine's CPU (real corpus, MiniLM embeddings, real faiss indexes), followed by a
+# recommendation for the default SLO. `--setup-only` stops after installing.
+#
+# Environment: PYTHON (interpreter, default python3), ADVISOR_QUICKSTART_TRIALS (default 30),
+# TORCH_SPEC (default torch==2.13.0, a CPU build: keeps a multi-GB CUDA build out).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+TRIALS=${ADVISOR_QUICKSTART_TRIALS:-30}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+VPY=.venv/bin/python
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+  echo "==> installing PyTorch (CPU): $TORCH_SPEC"
+  "$VPY" -m pip install -q "$TORCH_SPEC"
+fi
+echo "==> installing slo-advisor with the faiss, embedding, postgres, api and dev extras"
+"$VPY" -m pip install -q -e ".[faiss,embed,postgres,api,dev]"
+
+if [ "${1:-}" = "--setup-only" ]; then
+  echo "==> set up; run the tests with: bash scripts/test.sh"
+  exit 0
+fi
+
+SLO=$("$VPY" -c "from objectives.registry import get_target; print(get_target('faiss').default_slo)")
+echo "==> tuning faiss on this machine: SLO $SLO, maximize qps, $TRIALS trials"
+.venv/bin/advisor tune --target faiss --trials "$TRIALS" --seed 0 --resume
+echo "==> recommendation for $SLO"
+.venv/bin/advisor recommend --target faiss --slo "$SLO"

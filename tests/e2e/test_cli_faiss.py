@@ -1,0 +1,94 @@
+"""End to end, as a user runs it: `advisor tune` on a small real FAISS corpus, then `trials`,
+`studies`, `recommend` and `targets`, each as a real subprocess on a temporary store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("faiss")
+
+SLO = "p95_latency_ms<=5,recall_at_10>=0.9"
+
+
+def advisor(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def env(tmp_path: Path, faiss_cache: Path) -> dict[str, str]:
+    return {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'e2e.db'}",
+            "ADVISOR_CACHE_DIR": str(faiss_cache), "COLUMNS": "200"}
+
+
+def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
+    tune = advisor("tune", "--target", "faiss", "--workload", "stdlib-docs-2k", "--slo", SLO,
+                   "--trials", "8", "--seed", "0", "--name", "e2e", "--json", env=env)
+    assert tune.returncode == 0, tune.stderr
+    summary = json.loads(tune.stdout)
+    assert summary["trials"] == 8
+    assert summary["complete"] + summary["failed"] == 8
+    assert summary["engine_default"]["config"]["index_type"] == "ivf_flat"
+
+    trials = json.loads(advisor("trials", "--study", "e2e", "--json", env=env).stdout)
+    assert len(trials) == 8
+    for t in trials:
+        assert t["hardware"]["cpu_count"] >= 1 and t["workload_hash"]
+        if t["status"] == "complete":
+            assert t["engine_versions"]["faiss"]
+            assert 0 <= t["metrics"]["recall_at_10"] <= 1
+            assert t["metrics"]["p50_latency_ms"] <= t["metrics"]["p99_latency_ms"]
+            assert t["feasible"] == (t["metrics"]["p95_latency_ms"] <= 5
+                                     and t["metrics"]["recall_at_10"] >= 0.9)
+        else:
+            assert t["error"]  # failed trials keep their reason
+
+    rec = advisor("recommend", "--target", "faiss", "--slo", SLO, "--json", env=env)
+    answer = json.loads(rec.stdout)
+    feasible = [t for t in trials if t["feasible"]]
+    if feasible:
+        assert rec.returncode == 0
+        best = max(feasible, key=lambda t: t["metrics"]["qps"])
+        assert answer["recommended"]["trial_id"] == best["id"]
+        assert all(v <= 0 for v in answer["slo_margins"].values())
+        assert "faiss.index_factory" in answer["launch_command"]
+    else:
+        assert rec.returncode == 1 and "advisor tune" in answer["tune_command"]
+
+    impossible = advisor("recommend", "--target", "faiss", "--slo",
+                         "p95_latency_ms<=0.000001,recall_at_10>=0.9", env=env)
+    assert impossible.returncode == 1
+    assert "No measured faiss config meets" in impossible.stdout
+    assert "advisor tune --target faiss" in impossible.stdout
+
+    table = advisor("trials", "--study", "e2e", env=env)
+    assert table.returncode == 0 and "e2e" in table.stdout
+    studies = json.loads(advisor("studies", "--json", env=env).stdout)
+    assert [s["name"] for s in studies] == ["e2e"] and studies[0]["trials"] == 8
+
+
+def test_user_errors_are_one_line_without_traceback(env: dict[str, str]) -> None:
+    bad = advisor("tune", "--target", "faiss", "--slo", "p95_latency<=1", env=env)
+    assert bad.returncode == 2
+    assert "unknown metric 'p95_latency'" in bad.stderr and "Traceback" not in bad.stderr
+    assert "recall_at_10" in bad.stderr  # lists the valid metrics
+    unknown = advisor("tune", "--target", "nope", env=env)
+    assert unknown.returncode == 2 and "registered targets: faiss" in unknown.stderr
+    debug = advisor("--debug", "tune", "--target", "nope", env=env)
+    assert "Traceback" in debug.stderr
+
+
+def test_targets_lists_knobs_and_help_is_readable(env: dict[str, str]) -> None:
+    listed = json.loads(advisor("targets", "--json", env=env).stdout)
+    faiss = next(t for t in listed if t["name"] == "faiss")
+    assert {"nlist", "nprobe", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "ef_search",
+            "batch_size", "threads"} <= {k["name"] for k in faiss["knobs"]}
+    for command in ("tune", "trials", "recommend", "targets", "studies"):
+        helped = advisor(command, "--help", env=env)
+        assert helped.returncode == 0 and "Usage" in helped.stdout
