@@ -199,7 +199,7 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
 
 
@@ -472,7 +472,8 @@ def _print_recommendation(rec: Recommendation) -> None:
     out.print(f"[bold green]Recommended {rec.target} config[/bold green] for {rec.slo} "
               f"({rec.objective}), measured on {t.hardware_key}:")
     out.print(f"  {_compact(t.config)}")
-    table = Table(title=f"measured (trial {t.id}, workload {t.workload_spec.get('name')})")
+    table = Table(title=f"measured (trial #{t.number} of study id {t.study_id}, trial id {t.id}, "
+                        f"workload {t.workload_spec.get('name')})")
     table.add_column("metric")
     table.add_column("measured")
     table.add_column("SLO")

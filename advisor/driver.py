@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -106,6 +107,9 @@ class _SilentReporter:
 
 
 def _make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    # `group` (TPE over conditional sub-spaces) is marked experimental; it is what makes TPE model
+    # the per-index-family knobs jointly, so we use it and keep the warning out of user output.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           n_startup_trials=10)

@@ -141,7 +141,8 @@ def corpus_provenance(passages: list[str] | None = None) -> dict[str, Any]:
     return {
         "name": CORPUS_NAME,
         "python_version": platform.python_version(),
-        "source": str(stdlib_dir()),
+        # Where the corpus came from, without this machine's paths (provenance is published).
+        "source": f"{platform.python_implementation()} {platform.python_version()} stdlib",
         "min_words": MIN_WORDS,
         "n_passages": len(texts),
         "sha256": passages_sha256(texts),
