@@ -27,6 +27,7 @@ from advisor.objective import Objective
 from advisor.recommend import Recommendation, recommend_measured
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
+from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
 from objectives import parse_slo
 from objectives.hardware import hardware_key
 from objectives.registry import get_target, target_names
@@ -59,7 +60,13 @@ def _settings() -> Settings:
 
 
 def _store(settings: Settings | None = None) -> TrialStore:
-    return TrialStore((settings or _settings()).db_url)
+    settings = settings or _settings()
+    store = TrialStore(settings.db_url)
+    if settings.import_shipped:
+        for name, summary in import_shipped_knowledge(store).items():
+            err.print(f"[dim]imported shipped knowledge {name}: "
+                      f"{summary.trials_imported} trials[/dim]")
+    return store
 
 
 @app.callback()
@@ -226,6 +233,9 @@ def tune_cmd(
              "run until --trials have finished; start it if it does not exist yet.")] = False,
     workload: Annotated[str | None, typer.Option(
         help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="LLM targets: a model shape (tiny-llama, llama-3.2-1b, llama-3-8b; random weights) "
+             "or a local model path. Sets the workload's `model`.")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
                                  "n_base=5000.")] = None,
@@ -257,7 +267,8 @@ def tune_cmd(
     tgt = get_target(target)
     slo_obj = parse_slo(slo or tgt.default_slo)
     obj = Objective.parse(objective or tgt.default_objective)
-    wl = _resolve_workload(tgt, workload, workload_param or [])
+    params = [*(workload_param or []), *([f"model={model}"] if model else [])]
+    wl = _resolve_workload(tgt, workload, params)
     study_name = name or _default_study_name(target, wl, str(slo_obj), str(obj))
     store = _store(settings)
     reporter = _ProgressReporter(obj, slo_obj.metrics)
@@ -265,7 +276,7 @@ def tune_cmd(
     try:
         stored = store.get_study(study_name) if resume else None
         if stored is not None:
-            if slo or objective or workload or workload_param:
+            if slo or objective or workload or params:
                 _check_same(stored, str(slo_obj), obj, wl, target)
             result = driver.resume(study_name, trials)
         else:
@@ -493,6 +504,53 @@ def _print_recommendation(rec: Recommendation) -> None:
               f"on {where}.")
     out.print("Launch:")
     out.print(rec.launch_command or "", markup=False, highlight=False)
+
+
+knowledge_app = typer.Typer(help="Move trials between stores (JSONL).", no_args_is_help=True)
+app.add_typer(knowledge_app, name="knowledge")
+
+
+@knowledge_app.command("export")
+def knowledge_export_cmd(
+    output: Annotated[Path | None, typer.Option("--output", "-o",
+                                                help="File to write (default: stdout).")] = None,
+    target: Annotated[str | None, typer.Option(help="Only trials of this target.")] = None,
+    study: Annotated[str | None, typer.Option(help="Only trials of this study.")] = None,
+    hardware: Annotated[str | None, typer.Option(
+        help="Only trials whose hardware key contains this text.")] = None,
+) -> None:
+    """Export trials (with their studies and SLO margins) as JSONL, one trial per line."""
+    store = _store()
+    flt = TrialFilter(target=target, study=study, hardware_key=hardware)
+    if output is None:
+        n = export_jsonl(store, sys.stdout, flt)
+    else:
+        with output.open("w") as f:
+            n = export_jsonl(store, f, flt)
+    err.print(f"exported {n} trials")
+
+
+@knowledge_app.command("import")
+def knowledge_import_cmd(
+    files: Annotated[list[Path], typer.Argument(help="JSONL files written by `knowledge export` "
+                                                     "('-' reads standard input).")],
+) -> None:
+    """Import trials from JSONL files; trials already in the store are skipped."""
+    store = _store()
+    for path in files:
+        if str(path) == "-":
+            summary = import_jsonl(store, sys.stdin, source="<stdin>")
+        else:
+            if not path.is_file():
+                raise AdvisorError(f"no such file: {path}")
+            found = import_file(store, path)
+            if found is None:
+                out.print(f"{path}: already imported (same content)")
+                continue
+            summary = found
+        out.print(f"{path}: {summary.trials_imported} trials imported, "
+                  f"{summary.trials_skipped} already present, "
+                  f"{summary.studies_created} new studies")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

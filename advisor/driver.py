@@ -29,7 +29,7 @@ from advisor.objective import Objective
 from advisor.sampling import suggest_config, to_optuna_params
 from advisor.settings import Settings
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
-from knowledge.models import utcnow
+from knowledge.models import StudyStatus, utcnow
 from objectives import SLO, Workload, parse_slo
 from objectives.hardware import fingerprint
 from objectives.registry import get_target
@@ -175,6 +175,9 @@ class StudyDriver:
         study = self.store.get_study(name)
         if study is None:
             raise StudyError(f"no study named {name!r} to resume; run without --resume to start it")
+        if study.status == StudyStatus.IMPORTED:
+            raise StudyError(f"study {name!r} was imported from another store and cannot be "
+                             "resumed here (its Optuna history stayed there); start a new study")
         spec = self._spec_of(study, n_trials)
         target = self._check_target(spec)
         self._prepare(target, spec.workload)
@@ -283,7 +286,7 @@ class StudyDriver:
         done = self.store.count_trials(study.id or 0, finished)
         best = self._best(study, spec.objective)
         self.reporter.started(study, done, spec.n_trials)
-        self.store.set_study_status(study.id or 0, "running")
+        self.store.set_study_status(study.id or 0, StudyStatus.RUNNING)
         try:
             while done < spec.n_trials:
                 rec = self._run_one(spec, study, target, space, ostudy)
@@ -294,9 +297,9 @@ class StudyDriver:
                     best = rec
                 self.reporter.trial_finished(rec, done, best)
         except BaseException:
-            self.store.set_study_status(study.id or 0, "interrupted")
+            self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
             raise
-        self.store.set_study_status(study.id or 0, "finished")
+        self.store.set_study_status(study.id or 0, StudyStatus.FINISHED)
         result = self.result(study.name)
         self.reporter.finished(result)
         return result

@@ -34,3 +34,6 @@ class Settings(BaseSettings):
     trial_memory_limit_mb: int | None = Field(
         default=None, gt=0, description="address-space limit of a trial's child process")
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    import_shipped: bool = Field(
+        default=True, description="import the shipped knowledge (knowledge/data/*.jsonl) into the "
+                                  "store when the CLI opens it, once per file content")

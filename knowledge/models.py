@@ -6,6 +6,7 @@ live in the same database, so ``optuna-dashboard <url>`` opens it directly.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,8 @@ from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-__all__ = ["SLOMarginRecord", "StudyRecord", "TrialRecord", "TrialStatus", "utcnow"]
+__all__ = ["ImportRecord", "SLOMarginRecord", "StudyRecord", "StudyStatus", "TrialRecord",
+           "TrialStatus", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -40,6 +42,15 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 
+class StudyStatus:
+    """Study states. ``imported`` studies came from another store: readable, not resumable."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    IMPORTED = "imported"
+
+
 class TrialStatus:
     """Trial states. ``interrupted`` trials died with the driver and were re-queued on resume."""
 
@@ -57,6 +68,9 @@ class StudyRecord(SQLModel, table=True):
     __tablename__ = "advisor_study"
 
     id: int | None = Field(default=None, primary_key=True)
+    #: Globally unique, so studies exported from one store and imported into another stay one.
+    uid: str = Field(default_factory=lambda: uuid.uuid4().hex, index=True, unique=True,
+                     max_length=32)
     name: str = Field(index=True, unique=True, max_length=200)
     target: str = Field(index=True, max_length=64)
     slo: str = Field(max_length=2000)
@@ -83,6 +97,8 @@ class TrialRecord(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("study_id", "number", name="uq_advisor_trial_number"),)
 
     id: int | None = Field(default=None, primary_key=True)
+    uid: str = Field(default_factory=lambda: uuid.uuid4().hex, index=True, unique=True,
+                     max_length=32)
     study_id: int = Field(foreign_key="advisor_study.id", index=True)
     number: int
     optuna_trial_id: int | None = None
@@ -123,3 +139,16 @@ class SLOMarginRecord(SQLModel, table=True):
     threshold: float
     value: float | None = None
     margin: float
+
+
+class ImportRecord(SQLModel, table=True):
+    """A JSONL file imported into this store (shipped knowledge is imported once per content)."""
+
+    __tablename__ = "advisor_import"
+
+    id: int | None = Field(default=None, primary_key=True)
+    source: str = Field(max_length=500)
+    sha256: str = Field(index=True, unique=True, max_length=64)
+    studies: int = 0
+    trials: int = 0
+    imported_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

@@ -1,0 +1,160 @@
+"""Move trials between stores as JSONL, and seed a store with the shipped knowledge.
+
+One line per trial, self-contained: the trial, its SLO margins and its study. Import is idempotent
+(trials and studies are matched by their ``uid``), so exporting from a device machine and
+importing here twice, or importing shipped data into a store that already holds it, duplicates
+nothing. Imported studies are marked ``imported``: their Optuna history stayed behind, so they are
+evidence for recommendations but cannot be resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlmodel import Session, select
+
+from advisor.errors import StoreError
+from knowledge.models import (
+    ImportRecord,
+    SLOMarginRecord,
+    StudyRecord,
+    StudyStatus,
+    TrialRecord,
+)
+from knowledge.store import TrialFilter, TrialStore
+
+__all__ = ["FORMAT", "SHIPPED_DIR", "ImportSummary", "export_jsonl", "import_jsonl",
+           "import_shipped_knowledge"]
+
+FORMAT = "slo-advisor-trial/1"
+SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+_STUDY_SKIP = {"id"}
+_TRIAL_SKIP = {"id", "study_id"}
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    studies_created: int
+    trials_imported: int
+    trials_skipped: int
+
+
+def _dump(model: Any, skip: set[str]) -> dict[str, Any]:
+    data = model.model_dump(mode="json")
+    return {k: v for k, v in data.items() if k not in skip}
+
+
+def export_lines(store: TrialStore, flt: TrialFilter | None = None) -> Iterator[str]:
+    """JSONL lines for the trials matching ``flt`` (all trials by default)."""
+    studies: dict[int, dict[str, Any]] = {}
+    for trial in store.list_trials(flt):
+        if trial.study_id not in studies:
+            study = store.get_study_by_id(trial.study_id)
+            if study is None:
+                raise StoreError(f"trial {trial.id} refers to missing study {trial.study_id}")
+            studies[trial.study_id] = _dump(study, _STUDY_SKIP)
+        margins = [{"metric": m.metric, "op": m.op, "threshold": m.threshold, "value": m.value,
+                    "margin": m.margin} for m in store.margins(trial.id or 0)]
+        yield json.dumps({"format": FORMAT, "study": studies[trial.study_id],
+                          "trial": _dump(trial, _TRIAL_SKIP), "margins": margins},
+                         sort_keys=True)
+
+
+def export_jsonl(store: TrialStore, out: TextIO, flt: TrialFilter | None = None) -> int:
+    """Write matching trials to ``out``; returns how many."""
+    n = 0
+    for line in export_lines(store, flt):
+        out.write(line + "\n")
+        n += 1
+    return n
+
+
+def _parse(lines: Iterable[str], source: str) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{source}:{number}: not JSON: {exc}") from None
+        if not isinstance(row, dict) or row.get("format") != FORMAT:
+            raise StoreError(f"{source}:{number}: not a {FORMAT} line")
+        yield row
+
+
+def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<stdin>"
+                 ) -> ImportSummary:
+    """Import trials (and their studies) from JSONL lines, skipping those already present.
+
+    Validates every line before writing any, and writes in one transaction: a bad file imports
+    nothing.
+    """
+    rows = list(_parse(lines, source))
+    created = imported = skipped = 0
+    with store.session() as s:
+        for row in rows:
+            study = _get_or_create_study(s, row["study"], source)
+            if study.id is None:
+                s.add(study)
+                s.flush()
+                created += 1
+            trial_data = row["trial"]
+            if s.exec(select(TrialRecord).where(TrialRecord.uid == trial_data["uid"])).first():
+                skipped += 1
+                continue
+            trial = TrialRecord.model_validate({**trial_data, "study_id": study.id})
+            if s.exec(select(TrialRecord).where(TrialRecord.study_id == study.id,
+                                                TrialRecord.number == trial.number)).first():
+                raise StoreError(f"{source}: study {study.name!r} already has a different "
+                                 f"trial number {trial.number}; refusing to mix histories")
+            s.add(trial)
+            s.flush()
+            for m in row.get("margins", []):
+                s.add(SLOMarginRecord(trial_id=trial.id or 0, **m))
+            imported += 1
+        s.commit()
+    return ImportSummary(created, imported, skipped)
+
+
+def _get_or_create_study(s: Session, data: dict[str, Any], source: str) -> StudyRecord:
+    existing = s.exec(select(StudyRecord).where(StudyRecord.uid == data["uid"])).first()
+    if existing is not None:
+        return existing
+    clash = s.exec(select(StudyRecord).where(StudyRecord.name == data["name"])).first()
+    if clash is not None:
+        raise StoreError(f"{source}: a different study named {data['name']!r} exists in this "
+                         "store; rename one of them before importing")
+    study = StudyRecord.model_validate({**data, "status": StudyStatus.IMPORTED})
+    study.id = None
+    return study
+
+
+def import_file(store: TrialStore, path: Path) -> ImportSummary | None:
+    """Import ``path`` unless a file with the same content was imported before (None then)."""
+    text = path.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with store.session() as s:
+        if s.exec(select(ImportRecord).where(ImportRecord.sha256 == digest)).first():
+            return None
+    summary = import_jsonl(store, text.splitlines(), source=path.name)
+    with store.session() as s:
+        s.add(ImportRecord(source=path.name, sha256=digest, studies=summary.studies_created,
+                           trials=summary.trials_imported))
+        s.commit()
+    return summary
+
+
+def import_shipped_knowledge(store: TrialStore, directory: Path = SHIPPED_DIR
+                             ) -> dict[str, ImportSummary]:
+    """Import every shipped ``*.jsonl`` not yet imported into ``store`` (cheap when done)."""
+    done: dict[str, ImportSummary] = {}
+    for path in sorted(directory.glob("*.jsonl")):
+        summary = import_file(store, path)
+        if summary is not None:
+            done[path.name] = summary
+    return done

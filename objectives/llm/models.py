@@ -1,0 +1,111 @@
+"""Named model shapes and the model directories random-weight engines load.
+
+Serving speed depends on a model's architecture, not its weights: compute, memory traffic and KV
+cache use are those of the real shape (vLLM and TensorRT-LLM call this ``load_format="dummy"``).
+A model directory holds the real ``config.json`` of the shape and an offline word-level tokenizer
+whose vocabulary covers every id the model can emit (id i <-> the word ``t<i>``; 0-2 special), so
+prompts of exact token lengths round-trip and no hub is ever contacted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import WorkloadError
+
+__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "model_config", "prompt_text", "write_model_dir"]
+
+N_SPECIAL_TOKENS = 3  # <pad>=0, <s>=1, </s>=2
+_LLAMA_BASE: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "attention_bias": False, "mlp_bias": False, "rms_norm_eps": 1e-5, "initializer_range": 0.02,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
+    "torch_dtype": "bfloat16",
+}
+
+MODEL_SHAPES: dict[str, dict[str, Any]] = {
+    # For CPU tests: the same architecture, small enough to run on 2 cores.
+    "tiny-llama": {**_LLAMA_BASE, "hidden_size": 64, "intermediate_size": 128,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "head_dim": 16, "vocab_size": 2048, "max_position_embeddings": 4096,
+                   "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32"},
+    # meta-llama/Llama-3.2-1B's published config.json.
+    "llama-3.2-1b": {**_LLAMA_BASE, "hidden_size": 2048, "intermediate_size": 8192,
+                     "num_hidden_layers": 16, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                     "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                     "tie_word_embeddings": True,
+                     "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+                                      "low_freq_factor": 1.0,
+                                      "original_max_position_embeddings": 8192,
+                                      "rope_type": "llama3"}},
+    # meta-llama/Meta-Llama-3-8B's published config.json.
+    "llama-3-8b": {**_LLAMA_BASE, "hidden_size": 4096, "intermediate_size": 14336,
+                   "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 8192,
+                   "rope_theta": 500000.0, "tie_word_embeddings": False},
+}
+
+
+def model_config(shape: str) -> dict[str, Any]:
+    """The ``config.json`` contents of a named shape."""
+    try:
+        return dict(MODEL_SHAPES[shape])
+    except KeyError:
+        raise WorkloadError(f"unknown model shape {shape!r}; known shapes: "
+                            f"{', '.join(sorted(MODEL_SHAPES))}, or give a local model path"
+                            ) from None
+
+
+def prompt_text(token_ids: tuple[int, ...] | list[int]) -> str:
+    """The text that the word-level tokenizer encodes to exactly ``token_ids``."""
+    return " ".join(f"t{i}" for i in token_ids)
+
+
+def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"t{i}": i for i in range(N_SPECIAL_TOKENS, vocab_size)})
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [
+            {"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for tok, i in (("<pad>", 0), ("<s>", 1), ("</s>", 2))
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<pad>"},
+    }
+
+
+def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any] | None = None
+                    ) -> Path:
+    """Write ``config.json``, ``generation_config.json`` and the offline tokenizer of ``shape``.
+
+    No weights: engines initialise random ones (vLLM ``--load-format dummy``; transformers
+    ``from_config``). Idempotent; returns ``directory``.
+    """
+    config = {**model_config(shape), **(overrides or {})}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps({
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
+    tokenizer = directory / "tokenizer.json"
+    if not tokenizer.exists():
+        tokenizer.write_text(json.dumps(_tokenizer_json(int(config["vocab_size"]))))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "pad_token": "<pad>", "unk_token": "<pad>", "add_bos_token": False,
+        "model_max_length": int(config["max_position_embeddings"]),
+        "clean_up_tokenization_spaces": False,
+        "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} "
+                         "{% endif %}{% endfor %}",
+    }))
+    (directory / "special_tokens_map.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}))
+    return directory

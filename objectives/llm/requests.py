@@ -1,0 +1,59 @@
+"""What one LLM request is (before it runs) and what was measured for it (after).
+
+Times are seconds on one monotonic clock (``time.perf_counter``), relative to the start of the
+measured run; every public metric converts to milliseconds at the boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RequestRecord", "RequestSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request of a workload: when it arrives and how long its prompt and output are.
+
+    ``prompt_token_ids`` are ids in the model's vocabulary (random-weight models use a word-level
+    vocabulary ``t<i>``, see :mod:`objectives.llm.models`); the first ``shared_prefix_len`` ids are
+    shared with every other request of the same ``prefix_group`` (None: no shared prefix).
+    ``output_len`` is exact: engines are run with EOS ignored so outputs have fixed lengths.
+    """
+
+    index: int
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    output_len: int
+    prefix_group: int | None = None
+    shared_prefix_len: int = 0
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request.
+
+    ``scheduled_s`` is its arrival time from the workload; ``sent_s`` when the client actually
+    sent it (later if the client fell behind or a concurrency cap held it back);
+    ``chunk_times_s`` the arrival time of each streamed chunk that carried output tokens (a chunk
+    may carry several; this is what ``vllm bench serve`` times ITL over); ``end_s`` when the
+    response finished; ``output_tokens`` the number of tokens generated (from the server's usage
+    report when it gives one). ``error`` is set, with the reason, when the request failed.
+    """
+
+    index: int
+    scheduled_s: float
+    prompt_len: int
+    sent_s: float | None = None
+    chunk_times_s: list[float] = field(default_factory=list)
+    end_s: float | None = None
+    output_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.end_s is not None and bool(self.chunk_times_s)
