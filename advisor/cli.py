@@ -36,6 +36,7 @@ from objectives.workload import Workload
 
 __all__ = ["app", "main"]
 
+log = logging.getLogger(__name__)
 app = typer.Typer(
     name="advisor",
     help="SLO-driven tuning advisor for LLM, RAG and vector-search serving.\n\n"
@@ -64,8 +65,7 @@ def _store(settings: Settings | None = None) -> TrialStore:
     store = TrialStore(settings.db_url)
     if settings.import_shipped:
         for name, summary in import_shipped_knowledge(store).items():
-            err.print(f"[dim]imported shipped knowledge {name}: "
-                      f"{summary.trials_imported} trials[/dim]")
+            log.info("imported shipped knowledge %s: %d trials", name, summary.trials_imported)
     return store
 
 

@@ -25,6 +25,7 @@ from knowledge.models import (
     StudyRecord,
     StudyStatus,
     TrialRecord,
+    TrialStatus,
 )
 from knowledge.store import TrialFilter, TrialStore
 
@@ -50,9 +51,11 @@ def _dump(model: Any, skip: set[str]) -> dict[str, Any]:
 
 
 def export_lines(store: TrialStore, flt: TrialFilter | None = None) -> Iterator[str]:
-    """JSONL lines for the trials matching ``flt`` (all trials by default)."""
+    """JSONL lines for the finished trials matching ``flt`` (all of them by default)."""
     studies: dict[int, dict[str, Any]] = {}
     for trial in store.list_trials(flt):
+        if trial.status == TrialStatus.RUNNING:
+            continue  # unfinished: nothing measured yet, and never resumable elsewhere
         if trial.study_id not in studies:
             study = store.get_study_by_id(trial.study_id)
             if study is None:

@@ -36,21 +36,34 @@ def _memory_gib() -> float:
         return 0.0
 
 
+def _visible(index: str, uuid: str) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES lets this process use the GPU (unset: all are visible)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return True
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    return index in wanted or any(uuid.startswith(w) for w in wanted if w.startswith("GPU-"))
+
+
 def _gpus() -> list[dict[str, Any]]:
+    """The GPUs this process can use (nvidia-smi lists all; CUDA_VISIBLE_DEVICES narrows it)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            [smi, "--query-gpu=index,uuid,name,memory.total,driver_version",
+             "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=10, check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
     gpus = []
     for line in out.strip().splitlines():
-        name, mem, driver = (p.strip() for p in line.split(",")[:3])
-        gpus.append({"name": name, "memory_mib": float(mem), "driver": driver})
+        index, uuid, name, mem, driver = (p.strip() for p in line.split(",")[:5])
+        if _visible(index, uuid):
+            gpus.append({"index": int(index), "uuid": uuid, "name": name,
+                         "memory_mib": float(mem), "driver": driver})
     return gpus
 
 

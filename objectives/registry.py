@@ -18,6 +18,10 @@ __all__ = ["TARGETS", "get_target", "target_names"]
 
 TARGETS: dict[str, str] = {
     "faiss": "objectives.targets.faiss_target:FaissTarget",
+    "transformers": "objectives.targets.transformers_target:TransformersTarget",
+    "vllm": "objectives.targets.vllm_target:VllmTarget",
+    "tensorrt-llm": "objectives.targets.tensorrt_llm_target:TensorRTLLMTarget",
+    "openai": "objectives.targets.openai_target:OpenAITarget",
 }
 
 

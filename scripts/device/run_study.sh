@@ -3,33 +3,68 @@
 # Used with the device tool from the repository root, carrying .whl (optuna, sqlmodel, ... wheels
 # for Python 3.12) and, for vLLM, .vllm-h200 (the payload built by shared/vllm-h200):
 #
-#   bash scripts/device/run_study.sh "<advisor tune args>" ["<advisor tune args>" ...]
+#   bash scripts/device/run_study.sh "[GPU=<i>] <advisor tune args>" ...
 #
-# Each argument is one study's `advisor tune` arguments. Trials go to a SQLite store under /tmp;
-# whatever finished is exported to $OUT/trials.jsonl even when a study fails or time runs out
-# (the export runs on EXIT), with the machine's nvidia-smi report beside it.
+# Each argument is one study's `advisor tune` arguments. Studies that name a GPU run on that GPU
+# only (CUDA_VISIBLE_DEVICES), studies on different GPUs run in parallel, studies on the same GPU
+# one after another: no two measurements ever share a GPU. Each GPU's trials go to their own
+# SQLite store; everything that finished is exported to $OUT/trials-gpu<i>.jsonl when the script
+# ends, also when a study fails or the time runs out (SIGTERM), with nvidia-smi's report beside it.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-if [ -f .vllm-h200/activate.sh ]; then
+if [ -f .vllm-h200/activate.sh ] && command -v nvidia-smi >/dev/null; then
   # shellcheck disable=SC1091
   source .vllm-h200/activate.sh
 fi
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed" >&2; exit 1; }
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
+fi
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-export ADVISOR_DB_URL=${ADVISOR_DB_URL:-sqlite:////tmp/advisor-device.db}
 export ADVISOR_CACHE_DIR=${ADVISOR_CACHE_DIR:-/tmp/advisor-cache}
 export ADVISOR_IMPORT_SHIPPED=0 PYTHONUNBUFFERED=1 COLUMNS=160
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-export_trials() {
-  python3 -m advisor knowledge export -o "$OUT/trials.jsonl" || true
+declare -A QUEUE=()
+for spec in "$@"; do
+  gpu=0
+  if [[ $spec == GPU=* ]]; then gpu=${spec%% *}; gpu=${gpu#GPU=}; spec=${spec#* }; fi
+  QUEUE[$gpu]+="$spec"$'\n'
+done
+
+run_gpu() {  # run one GPU's studies in order
+  local gpu=$1 studies=$2
+  export CUDA_VISIBLE_DEVICES=$gpu ADVISOR_DB_URL="sqlite:////tmp/advisor-gpu$gpu.db"
+  while IFS= read -r args; do
+    [ -n "$args" ] || continue
+    echo "=== [gpu $gpu] advisor tune $args"
+    # shellcheck disable=SC2086
+    python3 -m advisor tune $args 2>&1 | sed -u "s/^/[gpu $gpu] /" || echo "[gpu $gpu] study failed"
+  done <<< "$studies"
+}
+
+export_all() {
+  for gpu in "${!QUEUE[@]}"; do
+    ADVISOR_DB_URL="sqlite:////tmp/advisor-gpu$gpu.db" \
+      python3 -m advisor knowledge export -o "$OUT/trials-gpu$gpu.jsonl" || true
+  done
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 }
-trap export_trials EXIT
+stop_all() {
+  pkill -TERM -f "advisor tune" 2>/dev/null
+  sleep 5
+  exit 143
+}
+trap export_all EXIT
+trap stop_all TERM INT
+# The device tool kills a command at its limit without running traps: stop ourselves first, so
+# the trials that finished are always exported.
+( sleep "${ADVISOR_DEVICE_DEADLINE_S:-540}"; kill -TERM $$ ) &
 
-for args in "$@"; do
-  echo "=== advisor tune $args"
-  # shellcheck disable=SC2086
-  python3 -m advisor tune $args || echo "study exited with $?"
+pids=()
+for gpu in "${!QUEUE[@]}"; do
+  run_gpu "$gpu" "${QUEUE[$gpu]}" &
+  pids+=($!)
 done
+wait "${pids[@]}"

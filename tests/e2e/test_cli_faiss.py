@@ -69,7 +69,7 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
 
     table = advisor("trials", "--study", "e2e", env=env)
     assert table.returncode == 0 and "e2e" in table.stdout
-    studies = json.loads(advisor("studies", "--json", env=env).stdout)
+    studies = json.loads(advisor("studies", "--target", "faiss", "--json", env=env).stdout)
     assert [s["name"] for s in studies] == ["e2e"] and studies[0]["trials"] == 8
 
 
@@ -92,3 +92,18 @@ def test_targets_lists_knobs_and_help_is_readable(env: dict[str, str]) -> None:
     for command in ("tune", "trials", "recommend", "targets", "studies"):
         helped = advisor(command, "--help", env=env)
         assert helped.returncode == 0 and "Usage" in helped.stdout
+
+
+def test_shipped_h200_knowledge_is_listed_on_a_fresh_store(env: dict[str, str]) -> None:
+    listed = advisor("trials", "--target", "vllm", "--hardware", "h200", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    trials = json.loads(listed.stdout)
+    assert len(trials) >= 11
+    for t in trials:
+        assert t["hardware"]["gpus"][0]["name"] == "NVIDIA H200"
+        if t["status"] == "complete":
+            assert t["engine_versions"]["vllm"] == "0.26.0"
+            assert "--load-format" in t["details"]["argv"]  # the exact command is kept
+            assert t["metrics"]["output_tokens_per_s"] > 0
+    again = json.loads(advisor("trials", "--target", "vllm", "--json", env=env).stdout)
+    assert len(again) == len(trials)  # imported once, not on every command

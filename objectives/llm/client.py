@@ -1,0 +1,231 @@
+"""The async load client every OpenAI-compatible LLM target shares (vLLM, TensorRT-LLM, any
+endpoint): it replays a workload's arrival schedule and times each streamed response.
+
+The timing loop lives here once. ``stream_request`` times one streamed completion; ``run_load``
+sends a list of requests on schedule (each at its ``arrival_s`` after time zero, at most
+``max_concurrency`` in flight) and returns one :class:`RequestRecord` per request. Only transport
+errors, HTTP errors and malformed stream data become failed requests; anything else is a bug and
+propagates. Requests are never retried: a retry would hide the failure and distort latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from objectives.llm.models import prompt_text
+from objectives.llm.requests import RequestRecord, RequestSpec
+
+__all__ = ["Endpoint", "LoadResult", "run_load", "run_load_async", "stream_request"]
+
+Endpoint = Literal["completions", "chat"]
+_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_ERROR_BODY_CHARS = 500
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """All records, in request order, and the time from the run's start to its last completion."""
+
+    records: list[RequestRecord]
+    duration_s: float
+
+
+class _MalformedStreamError(ValueError):
+    """A stream line that is not the OpenAI streaming format."""
+
+
+def _request_body(model: str, spec: RequestSpec, endpoint: Endpoint,
+                  extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+    prompt = prompt_text(spec.prompt_token_ids)
+    body: dict[str, Any] = {
+        "model": model, "max_tokens": spec.output_len, "stream": True,
+        "stream_options": {"include_usage": True}, "temperature": 0.0,
+    }
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+        body["max_completion_tokens"] = spec.output_len
+    else:
+        body["prompt"] = prompt
+    body.update(extra_body or {})
+    return body
+
+
+def _chunk_text(data: Mapping[str, Any], endpoint: Endpoint) -> str:
+    """The output text a stream chunk carries ('' for role-only, usage-only, finish chunks)."""
+    choices = data.get("choices")
+    if not choices:
+        return ""
+    if not isinstance(choices, list) or not isinstance(choices[0], Mapping):
+        raise _MalformedStreamError(f"`choices` is not a list of objects: {choices!r:.200}")
+    choice = choices[0]
+    if endpoint == "chat":
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, Mapping):
+            raise _MalformedStreamError(f"`delta` is not an object: {delta!r:.200}")
+        text = delta.get("content")
+    else:
+        text = choice.get("text")
+    if text is not None and not isinstance(text, str):
+        raise _MalformedStreamError(f"chunk text is not a string: {text!r:.200}")
+    return text or ""
+
+
+def _usage_tokens(data: Mapping[str, Any]) -> int | None:
+    usage = data.get("usage")
+    if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
+        return None
+    tokens = usage["completion_tokens"]
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise _MalformedStreamError(f"`usage.completion_tokens` is not an integer: {tokens!r}")
+    return tokens
+
+
+async def _consume_stream(response: httpx.Response, record: RequestRecord,
+                          clock: Callable[[], float], endpoint: Endpoint) -> int | None:
+    """Read SSE lines into ``record.chunk_times_s``; returns the usage's completion tokens."""
+    usage_tokens: int | None = None
+    async for raw in response.aiter_lines():
+        now = clock()  # taken before parsing, so parsing cost does not inflate latencies
+        line = raw.strip()
+        if not line.startswith("data:"):
+            continue  # blank separators, ": keep-alive" comments, "event:"/"id:" fields
+        payload = line[len("data:"):].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            data = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise _MalformedStreamError(f"invalid JSON ({exc}): {payload[:200]!r}") from None
+        if not isinstance(data, Mapping):
+            raise _MalformedStreamError(f"chunk is not a JSON object: {payload[:200]!r}")
+        if data.get("error") is not None:
+            record.error = f"server error in stream: {str(data['error'])[:_ERROR_BODY_CHARS]}"
+            break
+        if _chunk_text(data, endpoint):
+            record.chunk_times_s.append(now)
+        tokens = _usage_tokens(data)
+        if tokens is not None:
+            usage_tokens = tokens
+    return usage_tokens
+
+
+async def stream_request(client: httpx.AsyncClient, base_url: str, model: str, spec: RequestSpec,
+                         *, scheduled_s: float, clock: Callable[[], float],
+                         endpoint: Endpoint = "completions", api_key: str | None = None,
+                         extra_body: Mapping[str, Any] | None = None,
+                         timeout_s: float | None = None) -> RequestRecord:
+    """Send ``spec`` now as one streamed completion and time it with ``clock``.
+
+    ``/v1/completions`` gets the prompt text, ``/v1/chat/completions`` one user message; both ask
+    for ``spec.output_len`` tokens, greedy, with usage in the stream; ``extra_body`` is merged in
+    last (vLLM: ``{"ignore_eos": True, "min_tokens": n}``). Each SSE chunk carrying text is timed
+    on arrival; ``output_tokens`` is the final usage's ``completion_tokens`` when the server
+    reports it, else the number of text chunks. Non-200 answers, transport errors, malformed
+    stream data, an error event, a stream without text and (with ``timeout_s``) a request
+    running longer than ``timeout_s`` seconds give a record with ``error`` set.
+    """
+    record = RequestRecord(index=spec.index, scheduled_s=scheduled_s, prompt_len=spec.prompt_len)
+    url = base_url.rstrip("/") + _PATHS[endpoint]
+    body = _request_body(model, spec, endpoint, extra_body)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    usage_tokens: int | None = None
+    record.sent_s = clock()
+    try:
+        async with asyncio.timeout(timeout_s), client.stream(
+                "POST", url, json=body, headers=headers) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                record.error = f"HTTP {response.status_code}: {text[:_ERROR_BODY_CHARS]}"
+            else:
+                usage_tokens = await _consume_stream(response, record, clock, endpoint)
+    except TimeoutError:
+        record.error = f"timed out after {timeout_s:g} s"
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+    except _MalformedStreamError as exc:
+        record.error = f"malformed stream: {exc}"
+    record.end_s = clock()
+    if record.error is not None:
+        return record
+    if not record.chunk_times_s:
+        record.error = "empty stream"
+    elif usage_tokens is not None and usage_tokens < 1:
+        record.error = (f"server reported {usage_tokens} completion tokens but streamed "
+                        f"{len(record.chunk_times_s)} text chunks")
+    record.output_tokens = usage_tokens if usage_tokens is not None else len(record.chunk_times_s)
+    return record
+
+
+async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSpec], *,
+                         max_concurrency: int | None = None, api_key: str | None = None,
+                         endpoint: Endpoint = "completions",
+                         extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
+                         clock: Callable[[], float] = time.perf_counter,
+                         transport: httpx.AsyncBaseTransport | None = None) -> LoadResult:
+    """:func:`run_load` for callers already inside an event loop."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"`max_concurrency >= 1` must hold, but got {max_concurrency=}")
+    if not timeout_s > 0:
+        raise ValueError(f"`timeout_s > 0` must hold, but got {timeout_s=}")
+    # One connection per request in flight, so the pool never queues a request the schedule
+    # released; trust_env=False keeps proxy variables from routing benchmark traffic elsewhere.
+    limits = httpx.Limits(max_connections=max_concurrency,
+                          max_keepalive_connections=max_concurrency)
+    gate: contextlib.AbstractAsyncContextManager[Any] = (
+        asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext())
+    records: list[RequestRecord | None] = [None] * len(requests)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s),
+                                 transport=transport, trust_env=False) as client:
+        t0 = clock()
+
+        def rel() -> float:
+            return clock() - t0
+
+        async def one(pos: int, spec: RequestSpec) -> None:
+            async with gate:
+                records[pos] = await stream_request(
+                    client, base_url, model, spec, scheduled_s=spec.arrival_s, clock=rel,
+                    endpoint=endpoint, api_key=api_key, extra_body=extra_body,
+                    timeout_s=timeout_s)
+
+        order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
+        tasks: list[asyncio.Task[None]] = []
+        for pos in order:
+            spec = requests[pos]
+            # Loop: the event loop may wake a timer up to its clock resolution early.
+            while (delay := spec.arrival_s - rel()) > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(pos, spec)))
+        await asyncio.gather(*tasks)
+        end = rel()
+    done = [r for r in records if r is not None]
+    assert len(done) == len(requests)
+    ends = [r.end_s for r in done if r.end_s is not None]
+    return LoadResult(done, max(ends) if ends else end)
+
+
+def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
+             max_concurrency: int | None = None, api_key: str | None = None,
+             endpoint: Endpoint = "completions", extra_body: Mapping[str, Any] | None = None,
+             timeout_s: float = 600.0, clock: Callable[[], float] = time.perf_counter,
+             transport: httpx.AsyncBaseTransport | None = None) -> LoadResult:
+    """Replay ``requests`` against ``{base_url}/v1/...`` and time every response.
+
+    Time zero is the start of the run; request i is sent at ``arrival_s`` (or later, when
+    ``max_concurrency`` requests are already in flight: then ``sent_s > scheduled_s``). Each
+    request may take at most ``timeout_s`` seconds. Records come back in request order, with
+    times relative to time zero; ``duration_s`` runs from time zero to the last completion.
+    ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
+    """
+    return asyncio.run(run_load_async(
+        base_url, model, requests, max_concurrency=max_concurrency, api_key=api_key,
+        endpoint=endpoint, extra_body=extra_body, timeout_s=timeout_s, clock=clock,
+        transport=transport))

@@ -1,0 +1,185 @@
+"""Per-request LLM serving metrics and their per-trial summary, defined once for every LLM target.
+
+The definitions follow ``vllm bench serve`` (``vllm/benchmarks/serve.py``), with one deliberate
+difference: latencies are measured from the request's *scheduled* arrival, not from when the
+client sent it. A client that falls behind (or a concurrency cap that holds a request back) then
+counts against the server, as a user who arrived on schedule would see it. When the client keeps
+up, sent == scheduled and the numbers equal vLLM's. For a request with scheduled arrival ``a``,
+send time ``s``, chunk times ``c_1 < ... < c_k`` (chunks that carried output text), end time
+``e`` and ``n`` output tokens:
+
+- TTFT = c_1 − a
+- E2E = e − a
+- ITL = (c_2 − c_1, ..., c_k − c_{k−1}), one value per chunk gap, pooled over all requests
+  (a chunk may carry several tokens; this is what vLLM times)
+- TPOT = (E2E − TTFT) / (n − 1) for n > 1; undefined (left out of the TPOT statistics) for n = 1
+- queue_delay = s − a (kept per request; 0 when the client keeps up)
+
+When the stream ends with its last token chunk (e == c_k), E2E = TTFT + sum(ITL) exactly.
+Percentiles use numpy's default (linear) interpolation, as vLLM does. docs/metrics.md says more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.errors import SLOParseError, TrialFailedError
+from objectives.llm.requests import RequestRecord
+from objectives.slo import SLO
+
+__all__ = [
+    "GOODPUT_KEYS",
+    "PERCENTILES",
+    "PerRequest",
+    "goodput_bounds_from_slo",
+    "per_request",
+    "summarize",
+]
+
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+#: The per-request bounds goodput understands, in milliseconds.
+GOODPUT_KEYS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
+_LATENCY_METRIC = re.compile(r"^(?P<family>ttft|tpot|e2e)_(?:p\d+|mean)_ms$")
+_MAX_REASONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PerRequest:
+    """The latencies of one successful request, in seconds (see the module docstring)."""
+
+    index: int
+    ttft_s: float
+    e2e_s: float
+    itl_s: tuple[float, ...]
+    tpot_s: float | None
+    output_tokens: int
+    queue_delay_s: float
+
+    def meets(self, bounds_ms: Mapping[str, float]) -> bool:
+        """Whether every per-request bound in ``bounds_ms`` (keys of :data:`GOODPUT_KEYS`) holds.
+
+        A request with one output token has no TPOT and passes a TPOT bound, as in vLLM.
+        """
+        values = {"ttft_ms": self.ttft_s * 1e3, "e2e_ms": self.e2e_s * 1e3,
+                  "tpot_ms": None if self.tpot_s is None else self.tpot_s * 1e3}
+        for key, limit in bounds_ms.items():
+            if key not in values:
+                raise SLOParseError(f"unknown goodput bound {key!r}; valid: "
+                                    f"{', '.join(GOODPUT_KEYS)}")
+            value = values[key]
+            if value is not None and value > limit:
+                return False
+        return True
+
+
+def per_request(record: RequestRecord) -> PerRequest:
+    """The metrics of one record; a failed or inconsistent record raises :class:`ValueError`."""
+    i = record.index
+    if record.error is not None:
+        raise ValueError(f"request {i} failed: {record.error}")
+    chunks = record.chunk_times_s
+    if not chunks:
+        raise ValueError(f"request {i} has no token chunk")
+    if record.end_s is None:
+        raise ValueError(f"request {i} has no end time")
+    if record.sent_s is None:
+        raise ValueError(f"request {i} has chunks but no send time")
+    if record.output_tokens < 1:
+        raise ValueError(f"request {i} reports {record.output_tokens} output tokens")
+    if any(b < a for a, b in itertools.pairwise(chunks)):
+        raise ValueError(f"request {i}: chunk times are not in order: {chunks}")
+    if not record.scheduled_s <= record.sent_s <= chunks[0]:
+        raise ValueError(f"`scheduled_s <= sent_s <= first chunk` must hold for request {i}, but "
+                         f"got ({record.scheduled_s=}, {record.sent_s=}, {chunks[0]=})")
+    if record.end_s < chunks[-1]:
+        raise ValueError(f"request {i} ends ({record.end_s}) before its last chunk "
+                         f"({chunks[-1]})")
+    ttft = chunks[0] - record.scheduled_s
+    e2e = record.end_s - record.scheduled_s
+    n = record.output_tokens
+    return PerRequest(
+        index=i, ttft_s=ttft, e2e_s=e2e,
+        itl_s=tuple(b - a for a, b in itertools.pairwise(chunks)),
+        tpot_s=(e2e - ttft) / (n - 1) if n > 1 else None,
+        output_tokens=n, queue_delay_s=record.sent_s - record.scheduled_s,
+    )
+
+
+def _family(prefix: str, values_s: Sequence[float]) -> dict[str, float]:
+    if not values_s:
+        return {}
+    ms = np.asarray(values_s, dtype=float) * 1e3
+    out = {f"{prefix}_p{q}_ms": float(np.percentile(ms, q)) for q in PERCENTILES}
+    out[f"{prefix}_mean_ms"] = float(ms.mean())
+    return out
+
+
+def _failure_reason(record: RequestRecord) -> str:
+    if record.error is not None:
+        return record.error
+    return "no token chunk" if not record.chunk_times_s else "no end time"
+
+
+def summarize(records: Sequence[RequestRecord], *, duration_s: float,
+              goodput_slo_ms: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The trial's LLM metrics, named as in :mod:`objectives.metrics`.
+
+    Latency families (``ttft``, ``tpot``, ``itl``, ``e2e``: p50/p90/p95/p99/mean in ms) are taken
+    over successful requests; a family with no sample at all (TPOT when every request produced
+    one token, ITL when every stream had one chunk) is left out rather than reported as 0, so an
+    SLO on it counts as violated. Throughputs divide by ``duration_s`` (run start to last
+    completion). Goodput counts successful requests meeting every bound in ``goodput_slo_ms``
+    (keys ``ttft_ms``, ``tpot_ms``, ``e2e_ms``); without bounds it equals ``requests_per_s``.
+
+    Failed records (``not record.ok``) count in ``failed_requests``; a record that claims success
+    but is inconsistent raises :class:`ValueError` (a measuring bug, not a failed request). If no
+    request succeeded, raises :class:`TrialFailedError` with the first reasons.
+    """
+    if not duration_s > 0:
+        raise ValueError(f"`duration_s > 0` must hold, but got {duration_s=}")
+    bounds = dict(goodput_slo_ms or {})
+    unknown = sorted(set(bounds) - set(GOODPUT_KEYS))
+    if unknown:
+        raise SLOParseError(f"unknown goodput bound(s) {', '.join(map(repr, unknown))}; valid: "
+                            f"{', '.join(GOODPUT_KEYS)}")
+    ok = [per_request(r) for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    if not ok:
+        reasons = "; ".join(f"request {r.index}: {_failure_reason(r)}"
+                            for r in failed[:_MAX_REASONS])
+        raise TrialFailedError(f"all {len(records)} requests failed"
+                               + (f" ({reasons})" if reasons else ""))
+    good = sum(1 for p in ok if p.meets(bounds))
+    out: dict[str, float] = {}
+    out |= _family("ttft", [p.ttft_s for p in ok])
+    out |= _family("tpot", [p.tpot_s for p in ok if p.tpot_s is not None])
+    out |= _family("itl", [x for p in ok for x in p.itl_s])
+    out |= _family("e2e", [p.e2e_s for p in ok])
+    out["output_tokens_per_s"] = sum(p.output_tokens for p in ok) / duration_s
+    out["requests_per_s"] = len(ok) / duration_s
+    out["goodput_requests_per_s"] = good / duration_s
+    out["failed_requests"] = float(len(failed))
+    return out
+
+
+def goodput_bounds_from_slo(slo: SLO) -> dict[str, float]:
+    """Per-request goodput thresholds (ms) implied by an SLO's upper bounds on latency metrics.
+
+    An upper bound on any statistic of a per-request latency becomes that latency's per-request
+    threshold: ``ttft_p95_ms <= 300`` makes 300 ms the TTFT threshold (a request is good when its
+    own TTFT is <= 300 ms). Several bounds on one latency keep the strictest. ITL bounds have no
+    per-request counterpart and are ignored, as are lower bounds and other metrics.
+    """
+    out: dict[str, float] = {}
+    for bound in slo.bounds:
+        match = _LATENCY_METRIC.match(bound.metric)
+        if bound.op != "<=" or match is None:
+            continue
+        key = f"{match['family']}_ms"
+        out[key] = min(out.get(key, bound.threshold), bound.threshold)
+    return out

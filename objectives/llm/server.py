@@ -1,0 +1,513 @@
+"""Start, health-check and stop an OpenAI-compatible server subprocess (vLLM, TensorRT-LLM), and
+drive a workload through any OpenAI-compatible endpoint: the parts every serving target shares.
+
+A trial that measures a serving engine starts it from an argv list (never a shell string), waits
+until its health endpoint answers 200, drives load through it and always stops it again. The
+server runs in its own session under a small reaper process, so :meth:`ManagedServer.stop` can
+signal its whole process group (the engine's worker processes included) without touching the
+trial process, and a trial process that dies, even by SIGKILL, takes the whole group with it
+(``PR_SET_PDEATHSIG`` on the reaper). Stdout and stderr go to a log file whose tail becomes the
+reason of a failed start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.metadata
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, Any
+
+import httpx
+import psutil
+
+from advisor.errors import EngineStartError, WorkloadError
+from objectives.llm.client import run_load
+from objectives.llm.metrics import summarize
+from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
+from objectives.llm.requests import RequestSpec
+from objectives.llm.workload import (
+    LLMWorkloadSpec,
+    generate_requests,
+    generate_warmup_requests,
+    max_concurrency,
+)
+
+__all__ = [
+    "DEFAULT_LOG_TAIL_CHARS",
+    "ManagedServer",
+    "ModelSource",
+    "ServingWorkload",
+    "free_port",
+    "gpu_memory_mb",
+    "measure_endpoint",
+    "package_versions",
+    "process_tree",
+    "resolve_model",
+]
+
+DEFAULT_LOG_TAIL_CHARS = 4000
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the OS picks it by binding port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Runs in the reaper before exec: SIGTERM it when its parent (the trial process) dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not glibc Linux: stop() and the process group still clean up
+        pass
+
+
+# The server's session leader, run as `python -c _REAPER SERVER_ARGV...` (an argv list, no shell).
+# It starts the server with PR_SET_PDEATHSIG=SIGKILL and exits with its exit code; on SIGTERM
+# (stop(), or its own PDEATHSIG when the trial process dies, even by SIGKILL) it terminates the
+# server, waits up to _GRACE seconds, then SIGKILLs the whole process group, itself included.
+# Without it, a SIGKILLed trial process would take the server down but not the engine processes
+# the server spawned (vLLM's engine core does not watch its parent).
+_REAPER = """
+import ctypes, os, signal, subprocess, sys, time
+def pdeathsig():
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+try:
+    child = subprocess.Popen(sys.argv[2:], preexec_fn=pdeathsig)
+except OSError as exc:
+    sys.exit(f"cannot start {sys.argv[2]}: {exc.strerror or exc}")
+stopping = []
+signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+while child.poll() is None and not stopping:
+    time.sleep(0.1)
+if stopping:
+    child.terminate()
+    try:
+        child.wait(timeout=float(sys.argv[1]))
+    except subprocess.TimeoutExpired:
+        pass
+    os.killpg(0, signal.SIGKILL)
+code = child.returncode
+sys.exit(code if code >= 0 else 128 - code)
+"""
+_REAPER_GRACE_S = 10.0
+
+
+class ManagedServer:
+    """One server subprocess, from start to stop.
+
+    ``argv`` is the full command line; ``base_url`` is where it will listen (e.g.
+    ``http://127.0.0.1:8123``) and ``health_path`` the endpoint that answers 200 once it serves.
+    :attr:`pid` is the reaper's (the process-group leader); the server is its child.
+    Use as a context manager (``with ManagedServer(...) as server: server.wait_ready(600)``): the
+    server is started on entry and always stopped on exit.
+
+    With ``stop_on_sigterm`` (main thread only) a SIGTERM to this process stops the server's
+    process group before the process exits, so the isolation layer's SIGTERM-then-SIGKILL of a
+    timed-out trial also reaches the engine's worker processes.
+    """
+
+    def __init__(self, argv: Sequence[str], *, base_url: str, log_path: Path,
+                 health_path: str = "/health", env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None, name: str = "server",
+                 stop_on_sigterm: bool = False) -> None:
+        if not argv:
+            raise ValueError("`argv` must name a command, but got an empty list.")
+        self.argv = [str(a) for a in argv]
+        self.base_url = base_url.rstrip("/")
+        self.health_path = health_path if health_path.startswith("/") else f"/{health_path}"
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.name = name
+        self.stop_on_sigterm = stop_on_sigterm
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._previous_sigterm: Any = None
+        self._sigterm_installed = False
+        self._started_at: float | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the process (stdout and stderr to ``log_path``)."""
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} was already started (pid {self._proc.pid})")
+        exe = self.argv[0]
+        path = (self.env or os.environ).get("PATH")
+        if shutil.which(exe, path=path) is None:
+            raise EngineStartError(f"cannot start {self.name}: {exe!r} is not an executable "
+                                   "file or a command on PATH")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _REAPER, str(_REAPER_GRACE_S), *self.argv],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent, env=self.env,
+                cwd=self.cwd,
+            )
+        except OSError as exc:
+            self._close_log()
+            raise EngineStartError(
+                f"cannot start {self.name}: {exc.strerror or exc} (command: {self.argv[0]})"
+            ) from None
+        self._started_at = time.monotonic()
+        if self.stop_on_sigterm and threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._sigterm_installed = True
+
+    def wait_ready(self, timeout_s: float, *, poll_interval_s: float = 0.5) -> float:
+        """Poll ``GET {base_url}{health_path}`` until it answers 200; returns seconds since start.
+
+        Raises :class:`EngineStartError` with the log tail when the process exits first (with its
+        exit code) or when ``timeout_s`` passes.
+        """
+        proc = self._require_started()
+        assert self._started_at is not None
+        deadline = time.monotonic() + timeout_s
+        url = f"{self.base_url}{self.health_path}"
+        with httpx.Client(timeout=httpx.Timeout(5.0), trust_env=False) as client:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    raise EngineStartError(
+                        f"{self.name} exited with {_describe_exit(code)} before it became ready"
+                        f"\n--- log tail ---\n{self.log_tail()}".rstrip()
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - self._started_at
+                if time.monotonic() >= deadline:
+                    raise EngineStartError(
+                        f"{self.name} did not answer 200 on {url} within {timeout_s:g} s"
+                        f"\n--- log tail ---\n{self.log_tail()}".rstrip()
+                    )
+                time.sleep(poll_interval_s)
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM the server's process group, SIGKILL it after ``grace_s``; returns the exit code.
+
+        Idempotent. Whatever else is left in the group (engine worker processes) is killed too.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            # The leader is gone; no worker it spawned may outlive it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10.0)
+        finally:
+            self._close_log()
+            self._restore_sigterm()
+        return proc.returncode
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has exited (negative: killed by that signal)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n_chars: int = DEFAULT_LOG_TAIL_CHARS) -> str:
+        """The last ``n_chars`` characters of the server's log (empty if there is none yet)."""
+        if self._log is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._log.flush()
+        try:
+            size = self.log_path.stat().st_size
+            with self.log_path.open("rb") as f:
+                # Read a little more than asked: multi-byte characters are cut at the seek point.
+                f.seek(max(0, size - 4 * n_chars))
+                data = f.read()
+        except OSError:
+            return ""
+        return data.decode(errors="replace").strip()[-n_chars:]
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _require_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} was not started; call start() or use `with`")
+        return self._proc
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        # The isolation layer SIGKILLs 5 s after its SIGTERM: keep the grace period short.
+        self.stop(grace_s=2.0)
+        previous = self._previous_sigterm
+        if callable(previous):
+            handler: Callable[[int, FrameType | None], Any] = previous
+            handler(signum, frame)
+        raise SystemExit(128 + signum)
+
+    def _restore_sigterm(self) -> None:
+        if self._sigterm_installed and threading.current_thread() is threading.main_thread():
+            # None means a handler not installed from Python; the default is the best stand-in.
+            previous = self._previous_sigterm
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+            self._sigterm_installed = False
+
+
+def _describe_exit(code: int) -> str:
+    # The reaper reports a server killed by signal N as exit code 128 + N, as a shell does.
+    signum = -code if code < 0 else code - 128 if code > 128 else None
+    if signum is not None:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"signal {name}" if code < 0 else f"exit code {code} ({name})"
+    return f"exit code {code}"
+
+
+# -- what a serving trial loads and sends ------------------------------------------------------
+
+#: ``max_model_len`` derived from a workload is rounded up to a multiple of this, so that small
+#: changes in the sampled lengths do not change the engine's configuration.
+MODEL_LEN_QUANTUM = 256
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The model directory an engine loads: a named shape with random weights, or a real model.
+
+    ``shape`` is None for a local model path (real weights: no ``--load-format dummy``).
+    """
+
+    path: Path
+    shape: str | None
+    vocab_size: int
+    max_position_embeddings: int | None
+
+    @property
+    def dummy_weights(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def label(self) -> str:
+        """The name the server is asked to serve the model under."""
+        return self.shape or self.path.name
+
+
+def resolve_model(model: str, cache_dir: Path) -> ModelSource:
+    """A named shape's model directory under ``cache_dir/models/<shape>`` (written once), or a
+    local model directory as it is. Raises :class:`WorkloadError` for anything else."""
+    if model in MODEL_SHAPES:
+        config = model_config(model)
+        path = Path(cache_dir) / "models" / model
+        # Rewrite only when missing or changed: a running engine of a parallel trial may read it.
+        if _read_json(path / "config.json") != config:
+            write_model_dir(model, path)
+        return ModelSource(path, model, int(config["vocab_size"]),
+                           config.get("max_position_embeddings"))
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise WorkloadError(f"model {model!r} is neither a known shape "
+                            f"({', '.join(sorted(MODEL_SHAPES))}) nor a local model directory")
+    config = _read_json(path / "config.json")
+    if not isinstance(config, dict):
+        raise WorkloadError(f"model directory {path} has no readable config.json")
+    text_config = config.get("text_config") or {}
+    vocab = config.get("vocab_size") or text_config.get("vocab_size")
+    if not isinstance(vocab, int):
+        raise WorkloadError(f"{path / 'config.json'} has no integer vocab_size")
+    max_pos = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
+    return ModelSource(path.resolve(), None, vocab, max_pos if isinstance(max_pos, int) else None)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ServingWorkload:
+    """A workload split into the ``llm-serving`` spec and the target's own parameters.
+
+    ``target_params`` are the keys a target reads itself (e.g. ``startup_timeout_s``); they are
+    removed before the rest is validated as an :class:`LLMWorkloadSpec`, which rejects unknown
+    keys. ``requests`` and ``warmup`` are generated for ``model``'s vocabulary.
+    """
+
+    spec: LLMWorkloadSpec
+    target_params: dict[str, Any]
+    model: ModelSource
+    requests: list[RequestSpec]
+    warmup: list[RequestSpec]
+
+    @classmethod
+    def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
+             target_keys: Iterable[str] = ()) -> ServingWorkload:
+        keys = set(target_keys)
+        spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
+        model = resolve_model(spec.model, cache_dir)
+        return cls(spec, {k: v for k, v in params.items() if k in keys}, model,
+                   generate_requests(spec, model.vocab_size),
+                   generate_warmup_requests(spec, model.vocab_size))
+
+    def max_model_len(self) -> int:
+        """The context length the engine needs: ``target_params["max_model_len"]`` if given, else
+        the longest prompt + output the workload can produce (the length distributions' upper
+        bounds; a trace's longest request) rounded up to :data:`MODEL_LEN_QUANTUM`, never above
+        the model's ``max_position_embeddings``."""
+        given = self.target_params.get("max_model_len")
+        spec = self.spec
+        needed = max(r.prompt_len + r.output_len for r in [*self.requests, *self.warmup])
+        if spec.prompt_len is not None and spec.output_len is not None:
+            needed = max(needed, spec.prompt_len.upper + spec.output_len.upper)
+        limit = self.model.max_position_embeddings
+        if given is not None:
+            if isinstance(given, bool) or not isinstance(given, int) or given < needed:
+                raise WorkloadError(f"`max_model_len` must be an integer >= {needed} (the "
+                                    f"longest prompt + output of the workload), got {given!r}")
+            return given
+        length = math.ceil(needed / MODEL_LEN_QUANTUM) * MODEL_LEN_QUANTUM
+        if limit is not None:
+            if needed > limit:
+                raise WorkloadError(f"the workload needs {needed} tokens of context, but model "
+                                    f"{self.model.label} has max_position_embeddings={limit}")
+            length = min(length, limit)
+        return length
+
+
+def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload, *,
+                     extra_body: Mapping[str, Any] | None = None, api_key: str | None = None,
+                     concurrency: int | None = None, rate_scale: float = 1.0,
+                     timeout_s: float = 600.0) -> tuple[dict[str, float], dict[str, Any]]:
+    """Send the warm-up requests (not measured), then replay the workload and summarize it.
+
+    ``concurrency`` caps requests in flight (default: the workload's own cap); ``rate_scale``
+    multiplies the arrival rate (arrival times are divided by it). Goodput is summarized without
+    per-request bounds (it then equals ``requests_per_s``): a target's ``run`` does not see the
+    study's SLO. Returns the metrics and the facts worth recording with them.
+    """
+    if not rate_scale > 0:
+        raise ValueError(f"`rate_scale > 0` must hold, but got {rate_scale=}")
+    cap = concurrency if concurrency is not None else max_concurrency(workload.spec)
+    requests = workload.requests
+    if rate_scale != 1.0:
+        requests = [_rescaled(r, rate_scale) for r in requests]
+    warmup_failed = 0
+    if workload.warmup:
+        warm = run_load(base_url, served_model, workload.warmup, max_concurrency=cap,
+                        api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
+        warmup_failed = sum(1 for r in warm.records if not r.ok)
+    load = run_load(base_url, served_model, requests, max_concurrency=cap, api_key=api_key,
+                    extra_body=extra_body, timeout_s=timeout_s)
+    metrics = summarize(load.records, duration_s=load.duration_s)
+    failures = [r.error for r in load.records if r.error is not None]
+    details: dict[str, Any] = {
+        "n_requests": len(requests), "warmup_requests": len(workload.warmup),
+        "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
+        "load_duration_s": load.duration_s,
+        "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
+                                  if r.sent_s is not None), default=0.0),
+    }
+    if failures:
+        details["first_request_errors"] = failures[:3]
+    return metrics, details
+
+
+def _rescaled(request: RequestSpec, rate_scale: float) -> RequestSpec:
+    return RequestSpec(index=request.index, arrival_s=request.arrival_s / rate_scale,
+                       prompt_token_ids=request.prompt_token_ids, output_len=request.output_len,
+                       prefix_group=request.prefix_group,
+                       shared_prefix_len=request.shared_prefix_len)
+
+
+# -- facts about the running engine ----------------------------------------------------------------
+
+def process_tree(pid: int) -> set[int]:
+    """``pid`` and all its living descendants (empty if ``pid`` is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(child.pid for child in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+def gpu_memory_mb(pids: set[int]) -> float | None:
+    """GPU memory (MiB) that ``nvidia-smi`` attributes to ``pids``; None when it cannot tell
+    (no nvidia-smi, no GPU, or a PID namespace that hides the processes)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None or not pids:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    total, seen = 0.0, False
+    for line in out.splitlines():
+        pid_text, _, used = line.partition(",")
+        with contextlib.suppress(ValueError):
+            if int(pid_text) in pids:
+                total += float(used)
+                seen = True
+    return total if seen else None
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """Installed versions of ``names`` (distribution names), without importing them."""
+    versions: dict[str, str] = {}
+    for name in names:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    return versions

@@ -1,0 +1,136 @@
+"""The serving targets end to end on CPU, against a stand-in OpenAI-compatible server: the vLLM
+target starts it through ADVISOR_VLLM_COMMAND with the real argv, warms up, measures and stops
+it; the openai target measures a server that is already running."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from advisor.isolation import run_isolated
+from objectives.llm.server import ManagedServer, free_port
+from objectives.llm.workload import load_preset
+from objectives.target import Target
+from objectives.targets.openai_target import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAITarget
+from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
+from objectives.workload import Workload
+from tests.objectives.target_contract import TargetContract
+
+FAKE = Path(__file__).with_name("fake_openai_server.py")
+
+
+def small_workload(**target_params: Any) -> Workload:
+    """A few short requests; ``target_params`` (base_url, startup_timeout_s, ...) are the target's
+    own keys, which the llm-serving spec itself does not accept."""
+    return load_preset(
+        "chat", model="tiny-llama", n_requests=6, warmup_requests=2,
+        arrival={"process": "poisson", "rate_rps": 50.0},
+        prompt_len={"dist": "uniform", "low": 8, "high": 32},
+        output_len={"dist": "uniform", "low": 4, "high": 12}).with_params(**target_params)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    record = tmp_path / "requests.jsonl"
+    monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
+    monkeypatch.setenv("FAKE_SERVER_RECORD", str(record))
+    return record
+
+
+def test_vllm_target_runs_a_whole_trial(fake_vllm: Path, tmp_path: Path) -> None:
+    target = VllmTarget()
+    target.check_available()  # a wrapper command needs no local vLLM
+    m = target.run({"block_size": 32, "enable_prefix_caching": False}, small_workload(),
+                   tmp_path / "cache")
+    assert m.metrics["failed_requests"] == 0
+    assert m.metrics["output_tokens_per_s"] > 0
+    assert m.metrics["ttft_p95_ms"] > 0 and m.metrics["e2e_p50_ms"] >= m.metrics["ttft_p50_ms"]
+    argv = m.details["argv"]
+    assert argv[:2] == [sys.executable, str(FAKE)]
+    assert argv[2] == str(tmp_path / "cache" / "models" / "tiny-llama")
+    assert argv[argv.index("--block-size") + 1] == "32"
+    assert "--no-enable-prefix-caching" in argv and "--load-format" in argv
+    assert m.details["warmup_requests"] == 2 and m.details["n_requests"] == 6
+    assert m.details["model"] == "tiny-llama" and m.details["dummy_weights"] is True
+    assert m.details["startup_s"] > 0
+    assert "fake server for" in m.details["engine_log_tail"]
+    assert m.details["max_model_len"] == 256  # 32 + 12 rounded up to the 256-token quantum
+    assert (tmp_path / "cache" / "models" / "tiny-llama" / "config.json").is_file()
+    bodies = [json.loads(line)["body"] for line in fake_vllm.read_text().splitlines()]
+    assert len(bodies) == 8  # 2 warm-up + 6 measured
+    assert all(b["ignore_eos"] is True and b["model"] == "tiny-llama" for b in bodies)
+    json.dumps(m.to_dict())  # storable
+
+
+def test_vllm_trial_runs_isolated_and_leaves_no_server(fake_vllm: Path, tmp_path: Path) -> None:
+    outcome = run_isolated("vllm", {}, small_workload(), tmp_path / "cache", timeout_s=120)
+    assert outcome.ok, outcome.reason
+    assert outcome.measurement is not None
+    assert outcome.measurement.metrics["requests_per_s"] > 0
+    # Every process of the fake server is gone once the trial is over.
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if str(FAKE) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_openai_target_measures_a_running_endpoint(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    port = free_port()
+    argv = [sys.executable, str(FAKE), "served", "--port", str(port),
+            "--served-model-name", "my-model"]
+    monkeypatch.setenv(API_KEY_ENV, "sk-test-secret")
+    monkeypatch.delenv(BASE_URL_ENV, raising=False)
+    with ManagedServer(argv, base_url=f"http://127.0.0.1:{port}", log_path=tmp_path / "log",
+                       env={"FAKE_SERVER_RECORD": str(record), "PATH": "/usr/bin:/bin"}
+                       ) as server:
+        server.wait_ready(30, poll_interval_s=0.1)
+        workload = small_workload(base_url=f"http://127.0.0.1:{port}/v1",
+                                  served_model="my-model")
+        target = OpenAITarget()
+        target.check_available()
+        target.prepare(workload, tmp_path / "cache")
+        m = target.run({"max_concurrency": 2, "request_rate_scale": 2.0}, workload,
+                       tmp_path / "cache")
+    assert m.metrics["failed_requests"] == 0
+    assert m.details["max_concurrency"] == 2 and m.details["rate_scale"] == 2.0
+    assert m.details["base_url"] == f"http://127.0.0.1:{port}"  # "/v1" is the client's part
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    assert {s["auth"] for s in sent} == {"Bearer sk-test-secret"}
+    assert "sk-test-secret" not in json.dumps(m.to_dict())  # the key is never stored
+
+
+# -- the Target contract, on the stand-in server ------------------------------------------------
+
+class TestVllmTargetOnFakeEngine(TargetContract):
+    @pytest.fixture
+    def target(self, monkeypatch: pytest.MonkeyPatch) -> Target:
+        monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
+        return VllmTarget()
+
+    @pytest.fixture
+    def workload(self) -> Workload:
+        return small_workload()
+
+
+class TestOpenAITargetOnFakeServer(TargetContract):
+    @pytest.fixture
+    def target(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Target]:
+        port = free_port()
+        argv = [sys.executable, str(FAKE), "m", "--port", str(port), "--served-model-name", "m"]
+        with ManagedServer(argv, base_url=f"http://127.0.0.1:{port}",
+                           log_path=tmp_path / "server.log") as server:
+            server.wait_ready(30, poll_interval_s=0.1)
+            monkeypatch.setenv(BASE_URL_ENV, f"http://127.0.0.1:{port}")
+            monkeypatch.setenv(MODEL_ENV, "m")
+            yield OpenAITarget()
+
+    @pytest.fixture
+    def workload(self) -> Workload:
+        return small_workload()
