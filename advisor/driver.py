@@ -8,6 +8,7 @@ most one running trial; ``resume`` fails it as interrupted and re-queues its con
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -340,6 +341,9 @@ class StudyDriver:
                                   error_type="interrupted", error="interrupted by the user")
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
+        if outcome.ok and outcome.measurement is not None:
+            outcome = dataclasses.replace(
+                outcome, measurement=target.apply_slo(outcome.measurement, spec.slo))
         return self._record(spec, ostudy, otrial, rec, outcome, details)
 
     def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from objectives.measurement import Measurement
 from objectives.metrics import metrics_for_target
+from objectives.slo import SLO
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
 
@@ -87,6 +88,11 @@ class Target(ABC):
         Must raise :class:`~advisor.errors.ConfigRejectedError` for a config the engine rejects,
         with the engine's own reason. Any other exception or a crash fails the trial too.
         """
+
+    def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:
+        """Adjust SLO-dependent metrics after a trial, in the driver's process (``run`` never sees
+        the study's SLO). LLM targets recompute goodput for the SLO's per-request bounds here."""
+        return measurement
 
     @abstractmethod
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:

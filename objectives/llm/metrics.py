@@ -21,24 +21,31 @@ Percentiles use numpy's default (linear) interpolation, as vLLM does. docs/metri
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from advisor.errors import SLOParseError, TrialFailedError
 from objectives.llm.requests import RequestRecord
+from objectives.measurement import Measurement
 from objectives.slo import SLO
 
 __all__ = [
     "GOODPUT_KEYS",
     "PERCENTILES",
+    "GoodputFromSLO",
     "PerRequest",
     "goodput_bounds_from_slo",
+    "goodput_from_samples",
     "per_request",
+    "request_samples",
     "summarize",
+    "with_goodput",
 ]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
@@ -183,3 +190,60 @@ def goodput_bounds_from_slo(slo: SLO) -> dict[str, float]:
         key = f"{match['family']}_ms"
         out[key] = min(out.get(key, bound.threshold), bound.threshold)
     return out
+
+
+def request_samples(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:
+    """Per-request figures to store with a trial (column-wise, request order; None = failed).
+
+    Kept so that goodput can be recomputed for any SLO after the fact (the study's SLO is not
+    known inside a trial) and so that a trial's distribution can be re-examined later.
+    """
+    cols: dict[str, list[Any]] = {"index": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": [],
+                                  "output_tokens": []}
+    for record in records:
+        p = per_request(record) if record.ok else None
+        cols["index"].append(record.index)
+        cols["ttft_ms"].append(None if p is None else round(p.ttft_s * 1e3, 4))
+        cols["tpot_ms"].append(None if p is None or p.tpot_s is None
+                               else round(p.tpot_s * 1e3, 4))
+        cols["e2e_ms"].append(None if p is None else round(p.e2e_s * 1e3, 4))
+        cols["output_tokens"].append(None if p is None else p.output_tokens)
+    return cols
+
+
+def goodput_from_samples(samples: Mapping[str, Sequence[Any]], *, duration_s: float,
+                         bounds_ms: Mapping[str, float]) -> float:
+    """Requests per second that succeeded and met every per-request bound (DistServe goodput),
+    from :func:`request_samples`. A request without a TPOT (one output token) passes TPOT."""
+    if not duration_s > 0:
+        raise ValueError(f"`duration_s > 0` must hold, but got {duration_s=}")
+    good = 0
+    for i in range(len(samples["e2e_ms"])):
+        if samples["e2e_ms"][i] is None:
+            continue  # failed request
+        values = {key: samples[key][i] for key in GOODPUT_KEYS}
+        if all(values[key] is None or values[key] <= limit for key, limit in bounds_ms.items()):
+            good += 1
+    return good / duration_s
+
+
+def with_goodput(measurement: Measurement, slo: SLO) -> Measurement:
+    """``measurement`` with ``goodput_requests_per_s`` recomputed for ``slo``'s per-request
+    bounds (see :func:`goodput_bounds_from_slo`), when it carries per-request samples."""
+    samples = measurement.details.get("requests")
+    duration = measurement.details.get("load_duration_s")
+    if not samples or not duration:
+        return measurement
+    bounds = goodput_bounds_from_slo(slo)
+    metrics = dict(measurement.metrics)
+    metrics["goodput_requests_per_s"] = goodput_from_samples(samples, duration_s=duration,
+                                                             bounds_ms=bounds)
+    details = {**measurement.details, "goodput_bounds_ms": bounds}
+    return dataclasses.replace(measurement, metrics=metrics, details=details)
+
+
+class GoodputFromSLO:
+    """Mixin for LLM targets: the driver's SLO sets the per-request bounds of goodput."""
+
+    def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:
+        return with_goodput(measurement, slo)

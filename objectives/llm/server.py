@@ -36,7 +36,7 @@ import psutil
 
 from advisor.errors import EngineStartError, WorkloadError
 from objectives.llm.client import run_load
-from objectives.llm.metrics import summarize
+from objectives.llm.metrics import request_samples, summarize
 from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
 from objectives.llm.requests import RequestSpec
 from objectives.llm.workload import (
@@ -435,7 +435,8 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
     ``concurrency`` caps requests in flight (default: the workload's own cap); ``rate_scale``
     multiplies the arrival rate (arrival times are divided by it). Goodput is summarized without
     per-request bounds (it then equals ``requests_per_s``): a target's ``run`` does not see the
-    study's SLO. Returns the metrics and the facts worth recording with them.
+    study's SLO, so the per-request samples go into the details and the driver recomputes goodput
+    through ``Target.apply_slo``. Returns the metrics and the facts worth recording with them.
     """
     if not rate_scale > 0:
         raise ValueError(f"`rate_scale > 0` must hold, but got {rate_scale=}")
@@ -453,6 +454,7 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
     metrics = summarize(load.records, duration_s=load.duration_s)
     failures = [r.error for r in load.records if r.error is not None]
     details: dict[str, Any] = {
+        "requests": request_samples(load.records),
         "n_requests": len(requests), "warmup_requests": len(workload.warmup),
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
         "load_duration_s": load.duration_s,

@@ -27,6 +27,7 @@ from advisor.errors import (
     SearchSpaceError,
     WorkloadError,
 )
+from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.server import ServingWorkload, measure_endpoint
 from objectives.llm.workload import KIND, PRESETS, load_preset
 from objectives.measurement import Measurement
@@ -92,7 +93,7 @@ def resolve_endpoint(params: Mapping[str, Any], env: Mapping[str, str] | None = 
     return Endpoint(base, str(model))
 
 
-class OpenAITarget(Target):
+class OpenAITarget(GoodputFromSLO, Target):
     """Any running OpenAI-compatible endpoint, measured from the client side."""
 
     name: ClassVar[str] = "openai"
@@ -157,8 +158,7 @@ class OpenAITarget(Target):
         details.update({"base_url": endpoint.base_url, "served_model": endpoint.model,
                         "extra_body": dict(extra_body),
                         "prompt_lengths": "nominal: exact only when the endpoint serves an "
-                                          "advisor model directory (word-level tokenizer)",
-                        "goodput": "no per-request bounds inside run(): equals requests_per_s"})
+                                          "advisor model directory (word-level tokenizer)"})
         return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
                            details=details, duration_s=time.perf_counter() - started)
 

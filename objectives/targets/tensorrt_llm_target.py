@@ -34,6 +34,7 @@ from advisor.errors import (
     SearchSpaceError,
     WorkloadError,
 )
+from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.server import (
     ManagedServer,
     ServingWorkload,
@@ -188,7 +189,7 @@ def rejection_reason(log: str, exit_code: int | None) -> str | None:
     return None
 
 
-class TensorRTLLMTarget(Target):
+class TensorRTLLMTarget(GoodputFromSLO, Target):
     """TensorRT-LLM's ``trtllm-serve`` (PyTorch backend) on a random-weight (or local) model."""
 
     name: ClassVar[str] = "tensorrt-llm"

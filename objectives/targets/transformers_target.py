@@ -29,7 +29,7 @@ from advisor.errors import (
     WorkloadError,
 )
 from objectives.hardware import fingerprint
-from objectives.llm.metrics import summarize
+from objectives.llm.metrics import GoodputFromSLO, request_samples, summarize
 from objectives.llm.models import model_config
 from objectives.llm.requests import RequestRecord, RequestSpec
 from objectives.llm.server import ModelSource, ServingWorkload, package_versions
@@ -190,7 +190,7 @@ def _page_size(cb_fields: Mapping[str, Any]) -> int:
     return int(cb_fields.get("page_size", cb_fields.get("block_size", 256)))
 
 
-class TransformersTarget(Target):
+class TransformersTarget(GoodputFromSLO, Target):
     """transformers continuous batching (the online manager), one engine per trial."""
 
     name: ClassVar[str] = "transformers"
@@ -344,7 +344,7 @@ class TransformersTarget(Target):
             "forward_passes": (passes_after - passes_before
                                if isinstance(passes_before, int) and isinstance(passes_after, int)
                                else None),
-            "goodput": "no per-request bounds inside run(): equals requests_per_s",
+            "requests": request_samples(records),
         }
         if errors := [r.error for r in records if r.error is not None]:
             details["first_request_errors"] = errors[:3]

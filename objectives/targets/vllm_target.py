@@ -35,6 +35,7 @@ from advisor.errors import (
     SearchSpaceError,
     WorkloadError,
 )
+from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.server import (
     ManagedServer,
     ServingWorkload,
@@ -224,7 +225,7 @@ def rejection_reason(log: str, exit_code: int | None) -> str | None:
     return None
 
 
-class VllmTarget(Target):
+class VllmTarget(GoodputFromSLO, Target):
     """vLLM's OpenAI-compatible server on a random-weight (or local) model."""
 
     name: ClassVar[str] = "vllm"
@@ -321,7 +322,6 @@ class VllmTarget(Target):
             "dummy_weights": served.model.dummy_weights, "max_model_len": max_model_len,
             "startup_s": startup_s, **facts, "engine_log_tail": log_tail,
             "engine_log_tail_chars": len(log_tail),
-            "goodput": "no per-request bounds inside run(): equals requests_per_s",
         })
         return Measurement(metrics=metrics, engine_versions=versions, details=details,
                            duration_s=time.perf_counter() - started)

@@ -161,3 +161,35 @@ def test_goodput_bounds_from_slo_take_upper_latency_bounds() -> None:
                     "itl_p95_ms<=30, requests_per_s>=5")
     assert goodput_bounds_from_slo(slo) == {"ttft_ms": 250, "tpot_ms": 40, "e2e_ms": 2000}
     assert goodput_bounds_from_slo(parse_slo("")) == {}
+
+
+def test_goodput_is_recomputed_from_stored_samples_for_any_slo() -> None:
+    from objectives.llm.metrics import goodput_from_samples, request_samples, with_goodput
+    from objectives.measurement import Measurement
+    from objectives.slo import parse_slo
+
+    def rec(i: int, ttft: float, end: float, n: int, error: str | None = None) -> RequestRecord:
+        if error:
+            return RequestRecord(index=i, scheduled_s=0.0, prompt_len=4, error=error)
+        chunks = [ttft + k * (end - ttft) / max(n - 1, 1) for k in range(n)]
+        return RequestRecord(index=i, scheduled_s=0.0, prompt_len=4, sent_s=0.0,
+                             chunk_times_s=chunks, end_s=end, output_tokens=n)
+
+    # TTFT 0.1 s / TPOT 10 ms; TTFT 0.5 s / TPOT 10 ms; TTFT 0.1 s / TPOT 100 ms; failed.
+    records = [rec(0, 0.1, 0.19, 10), rec(1, 0.5, 0.59, 10), rec(2, 0.1, 1.0, 10),
+               rec(3, 0, 0, 0, error="HTTP 500")]
+    samples = request_samples(records)
+    assert samples["ttft_ms"] == [100.0, 500.0, 100.0, None]
+    assert samples["tpot_ms"][:3] == pytest.approx([10.0, 10.0, 100.0])
+    assert goodput_from_samples(samples, duration_s=2.0, bounds_ms={}) == 1.5
+    assert goodput_from_samples(samples, duration_s=2.0, bounds_ms={"ttft_ms": 300}) == 1.0
+    assert goodput_from_samples(samples, duration_s=2.0,
+                                bounds_ms={"ttft_ms": 300, "tpot_ms": 40}) == 0.5
+    m = Measurement(metrics={"goodput_requests_per_s": 1.5, "requests_per_s": 1.5},
+                    engine_versions={}, details={"requests": samples, "load_duration_s": 2.0})
+    rescored = with_goodput(m, parse_slo("ttft_p95_ms<=300,tpot_p99_ms<=40"))
+    assert rescored.metrics["goodput_requests_per_s"] == 0.5
+    assert rescored.details["goodput_bounds_ms"] == {"ttft_ms": 300.0, "tpot_ms": 40.0}
+    assert rescored.metrics["requests_per_s"] == 1.5
+    assert with_goodput(Measurement({"x": 1.0}, {}), parse_slo("ttft_p95_ms<=1")).metrics == {
+        "x": 1.0}  # nothing to rescore without samples

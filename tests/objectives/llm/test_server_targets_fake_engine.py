@@ -134,3 +134,30 @@ class TestOpenAITargetOnFakeServer(TargetContract):
     @pytest.fixture
     def workload(self) -> Workload:
         return small_workload()
+
+
+def test_a_vllm_study_stores_per_request_samples_and_slo_goodput(
+        fake_vllm: Path, settings: Any) -> None:
+    """Through the driver: each trial keeps its per-request figures, and goodput uses the study's
+    SLO as per-request bounds (run() itself never sees the SLO)."""
+    from advisor.driver import StudyDriver, StudySpec
+    from advisor.objective import Objective
+    from knowledge import TrialStatus, TrialStore
+    from objectives import parse_slo
+    from objectives.llm.metrics import goodput_from_samples
+
+    slo = parse_slo("ttft_p95_ms<=5000,tpot_p95_ms<=1")  # TPOT 1 ms: only 1-token requests pass
+    store = TrialStore(settings.db_url)
+    result = StudyDriver(store, settings).run(StudySpec(
+        name="llm", target="vllm", slo=slo, objective=Objective.parse("output_tokens_per_s"),
+        workload=small_workload(), n_trials=2, seed=0))
+    measured = [t for t in result.trials if t.status == TrialStatus.COMPLETE]
+    assert measured
+    for t in measured:
+        samples = t.details["requests"]
+        assert len(samples["ttft_ms"]) == 6
+        assert t.details["goodput_bounds_ms"] == {"ttft_ms": 5000.0, "tpot_ms": 1.0}
+        expected = goodput_from_samples(samples, duration_s=t.details["load_duration_s"],
+                                        bounds_ms={"ttft_ms": 5000.0, "tpot_ms": 1.0})
+        assert t.metrics["goodput_requests_per_s"] == pytest.approx(expected)
+        assert t.metrics["goodput_requests_per_s"] < t.metrics["requests_per_s"]
