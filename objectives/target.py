@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from advisor.errors import ConfigRejectedError, SearchSpaceError
 from objectives.measurement import Measurement
 from objectives.metrics import metrics_for_target
 from objectives.slo import SLO
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
 
-__all__ = ["ProgressFn", "Target"]
+__all__ = ["ProgressFn", "Target", "checked_config"]
 
 ProgressFn = Callable[[str], None]
 
@@ -51,6 +52,14 @@ class Target(ABC):
     def space(self) -> SearchSpace:
         """This target's knob space (``search_spaces/<name>.yaml`` unless overridden)."""
         return load_space(self.name)
+
+    def validate_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config`` checked against :meth:`space`, missing knobs at their defaults.
+
+        Raises :class:`~advisor.errors.ConfigRejectedError` with the space's reason for a config
+        outside the space (a trial of it is a rejected one).
+        """
+        return checked_config(self.space(), config)
 
     @abstractmethod
     def check_available(self) -> None:
@@ -97,3 +106,13 @@ class Target(ABC):
     @abstractmethod
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """The exact command or code that reproduces ``config`` on this engine, to paste."""
+
+
+def checked_config(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` validated against ``space`` with missing knobs at their defaults; a
+    :class:`~advisor.errors.SearchSpaceError` becomes :class:`~advisor.errors.ConfigRejectedError`
+    (for a trial, a config outside the space is a rejected config)."""
+    try:
+        return space.validate_config(config, fill_defaults=True)
+    except SearchSpaceError as exc:
+        raise ConfigRejectedError(str(exc)) from None

@@ -19,12 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from advisor.errors import (
-    ConfigRejectedError,
-    EngineUnavailableError,
-    SearchSpaceError,
-    WorkloadError,
-)
+from advisor.errors import ConfigRejectedError, EngineUnavailableError, WorkloadError
 from objectives.datasets.vectors import (
     RECALL_CUTOFFS,
     VectorDataset,
@@ -163,7 +158,7 @@ class FaissTarget(Target):
         import faiss
 
         _check_kind(workload)
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         dataset = load_dataset(workload.params, cache_dir)
         _check_feasible(clean, dataset.base.shape[0], dataset.dim)
         faiss.omp_set_num_threads(int(clean["threads"]))
@@ -189,12 +184,6 @@ class FaissTarget(Target):
         }
         return Measurement(metrics=metrics, engine_versions=versions, details=details,
                            duration_s=time.perf_counter() - started)
-
-    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return self.space().validate_config(config, fill_defaults=True)
-        except SearchSpaceError as exc:
-            raise ConfigRejectedError(str(exc)) from None
 
     def _index(self, config: Mapping[str, Any], dataset: VectorDataset, cache_dir: Path
                ) -> tuple[Any, dict[str, Any]]:
@@ -227,7 +216,7 @@ class FaissTarget(Target):
     # -- reproduction -----------------------------------------------------------------------------
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         dim = int(workload.params.get("dim", 384)) if workload is not None else 384
         k = int(workload.params.get("k", 10)) if workload is not None else 10
         kind = clean["index_type"]

@@ -1,11 +1,12 @@
 """The openai target: measures an OpenAI-compatible endpoint that is already running.
 
 The advisor does not start or configure the server, so the knobs are client-side only (requests
-in flight, arrival-rate scale). The endpoint comes from the workload's ``base_url`` and
-``served_model`` parameters or from ``ADVISOR_OPENAI_BASE_URL`` / ``ADVISOR_OPENAI_MODEL``; an API
-key is read from ``ADVISOR_OPENAI_API_KEY`` at request time and never stored with a trial. Every
-request carries ``{"ignore_eos": true}`` (fixed output lengths) unless the workload's
-``extra_body`` parameter says otherwise.
+in flight, arrival-rate scale): a :class:`~objectives.llm.serving_target.ServingTarget` with its
+own ``run``. The endpoint comes from the workload's ``base_url`` and ``served_model`` parameters
+or from ``ADVISOR_OPENAI_BASE_URL`` / ``ADVISOR_OPENAI_MODEL``; an API key is read from
+``ADVISOR_OPENAI_API_KEY`` at request time and never stored with a trial. Every request carries
+``{"ignore_eos": true}`` (fixed output lengths) unless the workload's ``extra_body`` parameter
+says otherwise.
 
 Prompts are sequences of the words ``t<i>`` (see :mod:`objectives.llm.models`): against a model
 with a real tokenizer their token counts differ from the workload's nominal lengths (each trial
@@ -21,19 +22,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from advisor.errors import (
-    ConfigRejectedError,
-    EngineUnavailableError,
-    SearchSpaceError,
-    WorkloadError,
-)
-from objectives.llm.metrics import GoodputFromSLO
-from objectives.llm.server import ServingWorkload, measure_endpoint
-from objectives.llm.workload import KIND, PRESETS, load_preset
+from advisor.errors import EngineUnavailableError, WorkloadError
+from objectives.llm.server import measure_endpoint
+from objectives.llm.serving_target import ServingTarget
 from objectives.measurement import Measurement
-from objectives.target import ProgressFn, Target
+from objectives.target import ProgressFn
 from objectives.workload import Workload
-from search_spaces import SearchSpace
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "MODEL_ENV", "Endpoint", "OpenAITarget",
            "resolve_endpoint"]
@@ -93,7 +87,7 @@ def resolve_endpoint(params: Mapping[str, Any], env: Mapping[str, str] | None = 
     return Endpoint(base, str(model))
 
 
-class OpenAITarget(GoodputFromSLO, Target):
+class OpenAITarget(ServingTarget):
     """Any running OpenAI-compatible endpoint, measured from the client side."""
 
     name: ClassVar[str] = "openai"
@@ -101,20 +95,11 @@ class OpenAITarget(GoodputFromSLO, Target):
     description: ClassVar[str] = (
         "Any running OpenAI-compatible endpoint (client-side knobs: concurrency, rate scale)"
     )
-    default_objective: ClassVar[str] = "maximize:output_tokens_per_s"
-    default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
     install_hint: ClassVar[str] = (
         f"a running OpenAI-compatible server: set {BASE_URL_ENV} and {MODEL_ENV} "
         f"(and {API_KEY_ENV} if it needs a key)"
     )
-
-    def __init__(self) -> None:
-        self._space: SearchSpace | None = None
-
-    def space(self) -> SearchSpace:
-        if self._space is None:
-            self._space = super().space()
-        return self._space
+    target_params: ClassVar[frozenset[str]] = TARGET_PARAMS
 
     def check_available(self) -> None:
         """Checks the environment's endpoint when one is set. The workload (which may carry its
@@ -127,25 +112,19 @@ class OpenAITarget(GoodputFromSLO, Target):
         # The server's software is unknown from the client side; the endpoint is in the workload.
         return {"openai-endpoint": "unknown"}
 
-    def default_workload(self) -> Workload:
-        return load_preset("chat")
-
-    def named_workloads(self) -> dict[str, Workload]:
-        return {name: load_preset(name) for name in PRESETS}
-
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:
-        _check_kind(workload)
+        self._check_kind(workload)
         endpoint = resolve_endpoint(workload.params)
-        ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
+        self.load_served(workload, cache_dir)
         return {"base_url": endpoint.base_url, "served_model": endpoint.model}
 
     def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
         started = time.perf_counter()
-        _check_kind(workload)
+        self._check_kind(workload)
         endpoint = resolve_endpoint(workload.params)
-        served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
-        clean = self._validate(config)
+        served = self.load_served(workload, cache_dir)
+        clean = self.validate_config(config)
         cap = clean["max_concurrency"]
         extra_body = served.target_params.get("extra_body", DEFAULT_EXTRA_BODY)
         if not isinstance(extra_body, Mapping):
@@ -162,15 +141,9 @@ class OpenAITarget(GoodputFromSLO, Target):
         return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
                            details=details, duration_s=time.perf_counter() - started)
 
-    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return self.space().validate_config(config, fill_defaults=True)
-        except SearchSpaceError as exc:
-            raise ConfigRejectedError(str(exc)) from None
-
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """There is no server to launch: the client settings that reproduce ``config``."""
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         endpoint = ""
         if workload is not None:
             params = workload.params
@@ -179,9 +152,3 @@ class OpenAITarget(GoodputFromSLO, Target):
         return (f"# openai target: the server is not launched by the advisor. Client settings"
                 f"{endpoint}: max_concurrency={clean['max_concurrency']}, "
                 f"request_rate_scale={clean['request_rate_scale']:g}")
-
-
-def _check_kind(workload: Workload) -> None:
-    if workload.kind != KIND:
-        raise WorkloadError(
-            f"the openai target runs workloads of kind {KIND!r}, got {workload.kind!r}")

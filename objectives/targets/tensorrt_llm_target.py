@@ -4,6 +4,8 @@ its OpenAI-compatible API.
 Knobs map to ``trtllm-serve`` options or to fields of the ``--extra_llm_api_options`` YAML file
 (``search_spaces/tensorrt-llm.yaml`` says which), written to a temporary file per trial. Named
 model shapes load random weights (``load_format: dummy``). TensorRT-LLM is never imported here.
+The trial (start, readiness, measurement, stop) is
+:class:`~objectives.llm.serving_target.ServingTarget`'s ``run``; this module supplies the options.
 
 ``ADVISOR_TRTLLM_COMMAND`` (a JSON list) replaces the command prefix
 ``[sys.executable, "-m", "tensorrt_llm.commands.serve", "serve"]`` for wrappers and containers.
@@ -11,15 +13,9 @@ model shapes load random weights (``load_format: dummy``). TensorRT-LLM is never
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
-import os
 import re
 import shlex
 import sys
-import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,28 +23,16 @@ from typing import Any, ClassVar
 
 import yaml
 
-from advisor.errors import (
-    ConfigRejectedError,
-    EngineStartError,
-    EngineUnavailableError,
-    SearchSpaceError,
-    WorkloadError,
+from advisor.errors import ConfigRejectedError
+from objectives.llm.server import ServingWorkload
+from objectives.llm.serving_target import (
+    EngineServer,
+    ServingTarget,
+    shared_space,
+    validation_errors,
 )
-from objectives.llm.metrics import GoodputFromSLO
-from objectives.llm.server import (
-    ManagedServer,
-    ServingWorkload,
-    free_port,
-    gpu_memory_mb,
-    measure_endpoint,
-    package_versions,
-    process_tree,
-)
-from objectives.llm.workload import KIND, PRESETS, load_preset
-from objectives.measurement import Measurement
-from objectives.target import ProgressFn, Target
+from objectives.target import checked_config
 from objectives.workload import Workload
-from search_spaces import SearchSpace, load_space
 from search_spaces.knobs import Knob
 
 __all__ = [
@@ -65,14 +49,19 @@ __all__ = [
 
 COMMAND_ENV = "ADVISOR_TRTLLM_COMMAND"
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "tensorrt_llm.commands.serve", "serve")
-TARGET_PARAMS = frozenset({"startup_timeout_s", "max_model_len"})
+#: Workload parameters the target reads itself (not part of the llm-serving spec).
+TARGET_PARAMS = ServingTarget.target_params
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 LOG_TAIL_CHARS = 4000
+#: How a trial starts ``trtllm-serve``.
+ENGINE_SERVER = EngineServer(
+    label="TensorRT-LLM", process_name="trtllm-serve", scratch_name="trtllm",
+    command_env=COMMAND_ENV, default_command=DEFAULT_COMMAND,
+    startup_timeout_s=DEFAULT_STARTUP_TIMEOUT_S, log_read_chars=LOG_TAIL_CHARS)
 OPTIONS_FLAG = "--extra_llm_api_options"
 #: Knobs whose YAML field is in other units than the knob: value * factor is written.
 FIELD_SCALE: dict[str, int] = {"host_cache_size": 2**30}  # GiB -> bytes
 _CLICK_ERROR = re.compile(r"^Error: (?P<msg>.+)$", re.MULTILINE)
-_VALIDATION_ERROR = re.compile(r"^.*\d+ validation errors? for \w+.*$", re.MULTILINE)
 
 
 @dataclass
@@ -88,24 +77,7 @@ class TrtllmLaunch:
 
 def server_command(env: Mapping[str, str] | None = None) -> list[str]:
     """The argv prefix that starts ``trtllm-serve``: ``$ADVISOR_TRTLLM_COMMAND`` or the default."""
-    raw = (os.environ if env is None else env).get(COMMAND_ENV)
-    if not raw:
-        return list(DEFAULT_COMMAND)
-    try:
-        command = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise EngineUnavailableError(f"{COMMAND_ENV} must be a JSON list of strings: {exc}"
-                                     ) from None
-    if (not isinstance(command, list) or not command
-            or not all(isinstance(part, str) and part for part in command)):
-        raise EngineUnavailableError(
-            f"{COMMAND_ENV} must be a non-empty JSON list of strings, got {raw!r}")
-    return command
-
-
-@functools.cache
-def _load_space() -> SearchSpace:
-    return load_space("tensorrt-llm")
+    return ENGINE_SERVER.command(env)
 
 
 def _apply_knob(launch: TrtllmLaunch, knob: Knob, value: Any, engine_version: str | None) -> None:
@@ -140,11 +112,8 @@ def build_launch(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
                  host: str = "127.0.0.1") -> TrtllmLaunch:
     """The ``trtllm-serve`` arguments and extra-options data for ``config`` (validated; missing
     knobs take their defaults). Raises :class:`ConfigRejectedError` for an invalid config."""
-    space = _load_space()
-    try:
-        clean = space.validate_config(config, fill_defaults=True)
-    except SearchSpaceError as exc:
-        raise ConfigRejectedError(str(exc)) from None
+    space = shared_space("tensorrt-llm")
+    clean = checked_config(space, config)
     launch = TrtllmLaunch([str(model_dir), "--host", host, "--port", str(port),
                            "--backend", "pytorch", "--max_seq_len", str(max_model_len)])
     if dummy_weights:
@@ -180,16 +149,10 @@ def rejection_reason(log: str, exit_code: int | None) -> str | None:
     match = _CLICK_ERROR.search(log)
     if match and exit_code == 2:
         return match.group("msg").strip()
-    match = _VALIDATION_ERROR.search(log)
-    if match:
-        lines = log[match.start():].splitlines()
-        detail = [lines[0].strip()] + [ln.strip() for ln in lines[1:6]
-                                       if ln.startswith((" ", "\t")) and ln.strip()]
-        return " | ".join(detail)
-    return None
+    return validation_errors(log)
 
 
-class TensorRTLLMTarget(GoodputFromSLO, Target):
+class TensorRTLLMTarget(ServingTarget):
     """TensorRT-LLM's ``trtllm-serve`` (PyTorch backend) on a random-weight (or local) model."""
 
     name: ClassVar[str] = "tensorrt-llm"
@@ -197,109 +160,46 @@ class TensorRTLLMTarget(GoodputFromSLO, Target):
     description: ClassVar[str] = (
         "TensorRT-LLM OpenAI-compatible server (trtllm-serve, PyTorch backend), one per trial"
     )
-    default_objective: ClassVar[str] = "maximize:output_tokens_per_s"
-    default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
     install_hint: ClassVar[str] = (
         "pip install tensorrt-llm (NVIDIA's CUDA wheels; see docs/engines.md)"
     )
+    engine_server: ClassVar[EngineServer] = ENGINE_SERVER
 
-    def space(self) -> SearchSpace:
-        return _load_space()
+    # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 
-    def check_available(self) -> None:
-        if os.environ.get(COMMAND_ENV):
-            server_command()
-            return
-        if importlib.util.find_spec("tensorrt_llm") is None:
-            raise EngineUnavailableError(
-                f"the tensorrt-llm target needs TensorRT-LLM, which this Python cannot import; "
-                f"install it with: {self.install_hint}")
-
-    def engine_versions(self) -> dict[str, str]:
-        return package_versions("tensorrt_llm", "torch", "transformers")
-
-    def default_workload(self) -> Workload:
-        return load_preset("chat")
-
-    def named_workloads(self) -> dict[str, Workload]:
-        return {name: load_preset(name) for name in PRESETS}
-
-    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
-                ) -> dict[str, Any]:
-        _check_kind(workload)
-        served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
-        return {"model": served.model.label, "dummy_weights": served.model.dummy_weights,
-                "max_model_len": served.max_model_len()}
-
-    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
-        started = time.perf_counter()
-        self.check_available()
-        _check_kind(workload)
-        served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
-        max_model_len = served.max_model_len()
-        clean = self._validate(config)
-        check_feasible(clean)
-        version = package_versions("tensorrt_llm").get("tensorrt_llm")
-        port = free_port()
-        launch = build_launch(clean, model_dir=served.model.path, port=port,
-                              engine_version=version, max_model_len=max_model_len,
+    def server_argv(self, config: Mapping[str, Any], served: ServingWorkload, *, port: int,
+                    engine_version: str | None, max_model_len: int, workdir: Path
+                    ) -> tuple[list[str], dict[str, Any]]:
+        launch = build_launch(config, model_dir=served.model.path, port=port,
+                              engine_version=engine_version, max_model_len=max_model_len,
                               dummy_weights=served.model.dummy_weights)
-        timeout_s = float(served.target_params.get("startup_timeout_s",
-                                                   DEFAULT_STARTUP_TIMEOUT_S))
-        base_url = f"http://127.0.0.1:{port}"
-        with tempfile.TemporaryDirectory(prefix="advisor-trtllm-") as tmp:
-            options = Path(tmp) / "extra_llm_api_options.yaml"
-            options.write_text(launch.options_yaml())
-            argv = [*server_command(), *launch.argv]
-            if launch.extra_options:
-                argv += [OPTIONS_FLAG, str(options)]
-            with ManagedServer(argv, base_url=base_url, log_path=Path(tmp) / "trtllm.log",
-                               name="trtllm-serve", stop_on_sigterm=True) as server:
-                try:
-                    startup_s = server.wait_ready(timeout_s)
-                except EngineStartError:
-                    reason = rejection_reason(server.log_tail(), server.returncode)
-                    if reason is not None:
-                        raise ConfigRejectedError(
-                            f"TensorRT-LLM rejected the configuration: {reason}") from None
-                    raise
-                # trtllm-serve serves the model under the path it was given.
-                metrics, details = measure_endpoint(
-                    base_url, str(served.model.path), served, extra_body={"ignore_eos": True})
-                peak = gpu_memory_mb(process_tree(server.pid or 0))
-                log_tail = server.log_tail(LOG_TAIL_CHARS)
-        if peak is not None:
-            metrics["peak_memory_mb"] = peak
-        details.update({
-            "argv": argv, "extra_llm_api_options": launch.extra_options,
-            "engine_version": version, "model": served.model.label,
-            "model_path": str(served.model.path), "dummy_weights": served.model.dummy_weights,
-            "max_model_len": max_model_len, "startup_s": startup_s,
-            "engine_log_tail": log_tail, "engine_log_tail_chars": len(log_tail),
-        })
-        return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
-                           details=details, duration_s=time.perf_counter() - started)
+        options = workdir / "extra_llm_api_options.yaml"
+        options.write_text(launch.options_yaml())
+        argv = [*launch.argv, OPTIONS_FLAG, str(options)] if launch.extra_options else launch.argv
+        return argv, {"extra_llm_api_options": launch.extra_options}
 
-    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return self.space().validate_config(config, fill_defaults=True)
-        except SearchSpaceError as exc:
-            raise ConfigRejectedError(str(exc)) from None
+    def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
+        check_feasible(config)
+
+    def served_model_name(self, served: ServingWorkload) -> str:
+        # trtllm-serve serves the model under the path it was given.
+        return str(served.model.path)
+
+    def engine_refusal(self, log: str, exit_code: int | None) -> str | None:
+        return rejection_reason(log, exit_code)
+
+    # -- reproduction ---------------------------------------------------------------------------
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """The extra-options file (as a shell here-document) and the ``trtllm-serve`` line."""
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         model, max_model_len, dummy = "MODEL", 4096, False
-        if workload is not None and workload.kind == KIND:
-            with tempfile.TemporaryDirectory(prefix="advisor-trtllm-cmd-") as tmp:
-                served = ServingWorkload.load(workload.params, Path(tmp),
-                                              target_keys=TARGET_PARAMS)
-                max_model_len = served.max_model_len()
-            model = str(served.model.path) if served.model.shape is None \
-                else f"models/{served.model.shape}"
-            dummy = served.model.dummy_weights
+        if (shaped := self.command_model(workload)) is not None:
+            source, max_model_len = shaped
+            model = str(source.path) if source.shape is None else f"models/{source.shape}"
+            dummy = source.dummy_weights
         launch = build_launch(clean, model_dir=model, port=8000,
-                              engine_version=package_versions("tensorrt_llm").get("tensorrt_llm"),
+                              engine_version=self.installed_version(),
                               max_model_len=max_model_len, dummy_weights=dummy, host="0.0.0.0")
         args = ["trtllm-serve", *launch.argv]
         if not launch.extra_options:
@@ -307,9 +207,3 @@ class TensorRTLLMTarget(GoodputFromSLO, Target):
         args += [OPTIONS_FLAG, "extra_llm_api_options.yaml"]
         return (f"cat > extra_llm_api_options.yaml <<'EOF'\n{launch.options_yaml()}EOF\n"
                 f"{shlex.join(args)}")
-
-
-def _check_kind(workload: Workload) -> None:
-    if workload.kind != KIND:
-        raise WorkloadError(
-            f"the tensorrt-llm target runs workloads of kind {KIND!r}, got {workload.kind!r}")

@@ -25,7 +25,6 @@ from advisor.errors import (
     ConfigRejectedError,
     EngineStartError,
     EngineUnavailableError,
-    SearchSpaceError,
     WorkloadError,
 )
 from objectives.hardware import fingerprint
@@ -42,7 +41,7 @@ from objectives.llm.workload import (
     max_concurrency,
 )
 from objectives.measurement import Measurement
-from objectives.target import ProgressFn, Target
+from objectives.target import ProgressFn, Target, checked_config
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
 from search_spaces.knobs import Knob
@@ -267,7 +266,7 @@ class TransformersTarget(GoodputFromSLO, Target):
         started = time.perf_counter()
         self.check_available()
         _check_kind(workload)
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
         kv_tokens = _cpu_kv_cache_tokens(served)
         version = installed_version()
@@ -351,20 +350,17 @@ class TransformersTarget(GoodputFromSLO, Target):
         return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
                            details=details, duration_s=time.perf_counter() - started)
 
-    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def validate_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
         # Against the full space: a GPU-only value is rejected with its reason in run(), not as
         # "must be one of ['auto']".
-        try:
-            return self.full_space().validate_config(config, fill_defaults=True)
-        except SearchSpaceError as exc:
-            raise ConfigRejectedError(str(exc)) from None
+        return checked_config(self.full_space(), config)
 
     # -- reproduction -----------------------------------------------------------------------------
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """A Python snippet that builds the same continuous-batching manager and streams one
         request through it (field names of the installed transformers version)."""
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         cb_fields, model_kwargs, _ = engine_fields(clean, self.full_space(), installed_version(),
                                                    strict=False)
         model, max_new, kv_tokens = "tiny-llama", 128, DEFAULT_CPU_KV_CACHE_TOKENS

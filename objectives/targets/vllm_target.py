@@ -5,7 +5,9 @@ starts ``python -m vllm.entrypoints.cli.main serve`` on a random-weight model di
 workload's shape (``--load-format dummy``) or on a local model, waits for ``/health``, sends the
 warm-up requests, replays the workload with EOS ignored (fixed output lengths) and always stops
 the server. vLLM is never imported here: the driver only needs to know it is installed, and the
-server runs in its own process.
+server runs in its own process. That trial is
+:class:`~objectives.llm.serving_target.ServingTarget`'s ``run``; this module supplies vLLM's
+flags, environment, refusals and start-up facts.
 
 ``ADVISOR_VLLM_COMMAND`` (a JSON list) replaces the command prefix
 ``[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]``, for wrappers and containers
@@ -15,41 +17,25 @@ directory, flags and port are appended to it.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
 import os
 import re
 import shlex
 import sys
-import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from advisor.errors import (
-    ConfigRejectedError,
-    EngineStartError,
-    EngineUnavailableError,
-    SearchSpaceError,
-    WorkloadError,
+from advisor.errors import ConfigRejectedError, SearchSpaceError
+from objectives.llm.server import ServingWorkload, package_versions
+from objectives.llm.serving_target import (
+    EngineServer,
+    ServingTarget,
+    shared_space,
+    validation_errors,
 )
-from objectives.llm.metrics import GoodputFromSLO
-from objectives.llm.server import (
-    ManagedServer,
-    ServingWorkload,
-    free_port,
-    gpu_memory_mb,
-    measure_endpoint,
-    package_versions,
-    process_tree,
-)
-from objectives.llm.workload import KIND, PRESETS, load_preset
-from objectives.measurement import Measurement
-from objectives.target import ProgressFn, Target
+from objectives.target import checked_config
 from objectives.workload import Workload
-from search_spaces import SearchSpace, load_space
+from search_spaces import SearchSpace
 from search_spaces.knobs import Knob
 
 __all__ = [
@@ -69,7 +55,7 @@ __all__ = [
 COMMAND_ENV = "ADVISOR_VLLM_COMMAND"
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.cli.main", "serve")
 #: Workload parameters the target reads itself (not part of the llm-serving spec).
-TARGET_PARAMS = frozenset({"startup_timeout_s", "max_model_len"})
+TARGET_PARAMS = ServingTarget.target_params
 DEFAULT_STARTUP_TIMEOUT_S = 600.0
 LOG_TAIL_CHARS = 4000
 #: How much of the engine log is searched for start-up facts (a start-up log is ~50 kB).
@@ -82,7 +68,6 @@ HF_MODELS: dict[str, str] = {
     "llama-3.2-1b": "meta-llama/Llama-3.2-1B",
 }
 _ARGPARSE_ERROR = re.compile(r"^\S[^\n]*: error: (?P<msg>.+)$", re.MULTILINE)
-_VALIDATION_ERROR = re.compile(r"^.*\d+ validation errors? for \w+.*$", re.MULTILINE)
 # "vLLM server version X, serving model M", or the logo form "█ ... █  version X" (with colours).
 _SERVER_VERSION = re.compile(r"(?:vLLM server version |█(?:\x1b\[[0-9;]*m)?\s+version\s+"
                              r"(?:\x1b\[[0-9;]*m)?)(?P<v>\d[\w.+-]*?)(?=,|\x1b|\s|$)",
@@ -96,23 +81,16 @@ _LOG_FACTS: dict[str, tuple[re.Pattern[str], type]] = {
 }
 #: Start-up lines that only list the server's routes: left out of the stored log tail.
 _ROUTE_LINE = re.compile(r"\[launcher\.py:\d+\] Route: ")
+#: How a trial starts ``vllm serve`` (the whole log is read: start-up facts are searched in it).
+ENGINE_SERVER = EngineServer(
+    label="vLLM", process_name="vllm serve", scratch_name="vllm", command_env=COMMAND_ENV,
+    default_command=DEFAULT_COMMAND, startup_timeout_s=DEFAULT_STARTUP_TIMEOUT_S,
+    log_read_chars=FULL_LOG_CHARS)
 
 
 def server_command(env: Mapping[str, str] | None = None) -> list[str]:
     """The argv prefix that starts ``vllm serve``: ``$ADVISOR_VLLM_COMMAND`` or the default."""
-    raw = (os.environ if env is None else env).get(COMMAND_ENV)
-    if not raw:
-        return list(DEFAULT_COMMAND)
-    try:
-        command = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise EngineUnavailableError(f"{COMMAND_ENV} must be a JSON list of strings: {exc}"
-                                     ) from None
-    if (not isinstance(command, list) or not command
-            or not all(isinstance(part, str) and part for part in command)):
-        raise EngineUnavailableError(
-            f"{COMMAND_ENV} must be a non-empty JSON list of strings, got {raw!r}")
-    return command
+    return ENGINE_SERVER.command(env)
 
 
 def knob_argv(knob: Knob, value: Any, engine_version: str | None) -> list[str]:
@@ -149,11 +127,8 @@ def build_argv(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
     validated against the space first (missing knobs take their defaults); an invalid config or a
     knob without a flag in that version raises :class:`ConfigRejectedError`.
     """
-    space = space or _load_space()
-    try:
-        clean = space.validate_config(config, fill_defaults=True)
-    except SearchSpaceError as exc:
-        raise ConfigRejectedError(str(exc)) from None
+    space = space or shared_space("vllm")
+    clean = checked_config(space, config)
     argv = [str(model_dir), "--host", host, "--port", str(port),
             "--max-model-len", str(max_model_len), "--seed", str(seed)]
     if served_model_name:
@@ -180,12 +155,6 @@ def check_feasible(config: Mapping[str, Any], max_model_len: int) -> None:
             f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_model_len}) "
             "with chunked prefill off: a prompt longer than one step's budget could never be "
             "scheduled (vLLM SchedulerConfig)")
-
-
-@functools.cache
-def _load_space() -> SearchSpace:
-    # Parsed once per process: build_argv and every trial's validation consult it.
-    return load_space("vllm")
 
 
 def installed_version() -> str | None:
@@ -216,16 +185,10 @@ def rejection_reason(log: str, exit_code: int | None) -> str | None:
     match = _ARGPARSE_ERROR.search(log)
     if match and (exit_code == 2 or "usage:" in log):
         return match.group("msg").strip()
-    match = _VALIDATION_ERROR.search(log)
-    if match:
-        lines = log[match.start():].splitlines()
-        detail = [lines[0].strip()] + [ln.strip() for ln in lines[1:6]
-                                       if ln.startswith((" ", "\t")) and ln.strip()]
-        return " | ".join(detail)
-    return None
+    return validation_errors(log)
 
 
-class VllmTarget(GoodputFromSLO, Target):
+class VllmTarget(ServingTarget):
     """vLLM's OpenAI-compatible server on a random-weight (or local) model."""
 
     name: ClassVar[str] = "vllm"
@@ -233,104 +196,39 @@ class VllmTarget(GoodputFromSLO, Target):
     description: ClassVar[str] = (
         "vLLM OpenAI-compatible server (vllm serve), one server per trial, random-weight models"
     )
-    default_objective: ClassVar[str] = "maximize:output_tokens_per_s"
-    default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
     install_hint: ClassVar[str] = (
         "pip install vllm (on the project's H200 device machine: the vLLM 0.26 payload, see "
         "docs/engines.md)"
     )
+    engine_server: ClassVar[EngineServer] = ENGINE_SERVER
 
-    def space(self) -> SearchSpace:
-        return _load_space()
+    # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 
-    # -- availability and versions --------------------------------------------------------------
-
-    def check_available(self) -> None:
-        if os.environ.get(COMMAND_ENV):
-            server_command()  # a wrapper runs vLLM elsewhere; only its syntax is checked here
-            return
-        if importlib.util.find_spec("vllm") is None:
-            raise EngineUnavailableError(
-                f"the vllm target needs vLLM, which this Python cannot import; install it with: "
-                f"{self.install_hint}")
-
-    def engine_versions(self) -> dict[str, str]:
-        return package_versions("vllm", "torch", "transformers")
-
-    # -- workloads ------------------------------------------------------------------------------
-
-    def default_workload(self) -> Workload:
-        return load_preset("chat")
-
-    def named_workloads(self) -> dict[str, Workload]:
-        return {name: load_preset(name) for name in PRESETS}
-
-    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
-                ) -> dict[str, Any]:
-        _check_kind(workload)
-        served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
-        return {"model": served.model.label, "dummy_weights": served.model.dummy_weights,
-                "max_model_len": served.max_model_len()}
-
-    # -- one trial ------------------------------------------------------------------------------
-
-    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
-        started = time.perf_counter()
-        self.check_available()
-        _check_kind(workload)
-        served = ServingWorkload.load(workload.params, cache_dir, target_keys=TARGET_PARAMS)
-        max_model_len = served.max_model_len()
-        clean = self._validate(config)
-        check_feasible(clean, max_model_len)
-        version = installed_version()
-        port = free_port()
-        argv = [*server_command(), *build_argv(
-            clean, model_dir=served.model.path, port=port, engine_version=version,
+    def server_argv(self, config: Mapping[str, Any], served: ServingWorkload, *, port: int,
+                    engine_version: str | None, max_model_len: int, workdir: Path
+                    ) -> tuple[list[str], dict[str, Any]]:
+        return build_argv(
+            config, model_dir=served.model.path, port=port, engine_version=engine_version,
             max_model_len=max_model_len, seed=served.spec.seed,
-            dummy_weights=served.model.dummy_weights, served_model_name=served.model.label)]
-        timeout_s = float(served.target_params.get("startup_timeout_s",
-                                                   DEFAULT_STARTUP_TIMEOUT_S))
+            dummy_weights=served.model.dummy_weights, served_model_name=served.model.label), {}
+
+    def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
+        check_feasible(config, max_model_len)
+
+    def server_env(self, served: ServingWorkload) -> dict[str, str] | None:
         env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if served.model.dummy_weights:
             env.setdefault("HF_HUB_OFFLINE", "1")  # everything it needs is in the model dir
-        base_url = f"http://127.0.0.1:{port}"
-        with tempfile.TemporaryDirectory(prefix="advisor-vllm-") as tmp, ManagedServer(
-                argv, base_url=base_url, log_path=Path(tmp) / "vllm.log", env=env,
-                name="vllm serve", stop_on_sigterm=True) as server:
-            try:
-                startup_s = server.wait_ready(timeout_s)
-            except EngineStartError:
-                reason = rejection_reason(server.log_tail(), server.returncode)
-                if reason is not None:
-                    raise ConfigRejectedError(f"vLLM rejected the configuration: {reason}"
-                                              ) from None
-                raise
-            metrics, details = measure_endpoint(
-                base_url, served.model.label, served, extra_body={"ignore_eos": True})
-            peak = gpu_memory_mb(process_tree(server.pid or 0))
-            log = server.log_tail(FULL_LOG_CHARS)
-        if peak is not None:
-            metrics["peak_memory_mb"] = peak
-        facts = engine_facts(log)
-        versions = self.engine_versions()
-        if "vllm" not in versions and "engine_version_reported" in facts:
-            versions["vllm"] = facts["engine_version_reported"]  # e.g. a container's vLLM
-        log_tail = log_excerpt(log)
-        details.update({
-            "argv": argv, "engine_version": version or versions.get("vllm"),
-            "model": served.model.label, "model_path": str(served.model.path),
-            "dummy_weights": served.model.dummy_weights, "max_model_len": max_model_len,
-            "startup_s": startup_s, **facts, "engine_log_tail": log_tail,
-            "engine_log_tail_chars": len(log_tail),
-        })
-        return Measurement(metrics=metrics, engine_versions=versions, details=details,
-                           duration_s=time.perf_counter() - started)
+        return env
 
-    def _validate(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return self.space().validate_config(config, fill_defaults=True)
-        except SearchSpaceError as exc:
-            raise ConfigRejectedError(str(exc)) from None
+    def engine_refusal(self, log: str, exit_code: int | None) -> str | None:
+        return rejection_reason(log, exit_code)
+
+    def log_facts(self, log: str) -> dict[str, Any]:
+        return engine_facts(log)
+
+    def log_to_store(self, log: str) -> str:
+        return log_excerpt(log)
 
     # -- reproduction ---------------------------------------------------------------------------
 
@@ -341,14 +239,10 @@ class VllmTarget(GoodputFromSLO, Target):
         tuned configuration; a shape without one keeps its random-weight model directory
         (``--load-format dummy``). ``--max-model-len`` is the one the trials used.
         """
-        clean = self._validate(config)
+        clean = self.validate_config(config)
         args = ["vllm", "serve", "MODEL"]
-        if workload is not None and workload.kind == KIND:
-            with tempfile.TemporaryDirectory(prefix="advisor-vllm-cmd-") as tmp:
-                served = ServingWorkload.load(workload.params, Path(tmp),
-                                              target_keys=TARGET_PARAMS)
-                max_model_len = served.max_model_len()
-            model = served.model
+        if (shaped := self.command_model(workload)) is not None:
+            model, max_model_len = shaped
             if model.shape in HF_MODELS:
                 args = ["vllm", "serve", HF_MODELS[model.shape]]
             elif model.shape is not None:
@@ -359,9 +253,3 @@ class VllmTarget(GoodputFromSLO, Target):
         for knob in self.space().active_knobs(clean):
             args += knob_argv(knob, clean[knob.name], installed_version())
         return shlex.join(args)
-
-
-def _check_kind(workload: Workload) -> None:
-    if workload.kind != KIND:
-        raise WorkloadError(
-            f"the vllm target runs workloads of kind {KIND!r}, got {workload.kind!r}")

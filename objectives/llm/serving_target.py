@@ -1,0 +1,279 @@
+"""The base of the targets that measure an OpenAI-compatible server (vLLM, TensorRT-LLM, any
+running endpoint): what they share, written once.
+
+:class:`ServingTarget` holds what does not depend on the engine: the default objective and SLO,
+the knob space (parsed once per process), validation, the ``llm-serving`` presets and the
+workload-kind check; and, for a target that starts its own server per trial, availability (the
+engine importable here, or a command prefix from the environment), ``prepare`` and the whole of
+``run``: load the workload, validate the config, start the server on a free port, wait until it is
+ready, measure it over the OpenAI API, always stop it and record the common facts. Such a target
+describes its server in an :class:`EngineServer` and implements
+:meth:`ServingTarget.server_argv`; the other hooks (feasibility before the start, the server's
+environment and model name, the engine's refusal in its log, facts from the log) have neutral
+defaults. A target that measures a server it does not start (openai) overrides
+``check_available``, ``engine_versions``, ``prepare`` and ``run`` and keeps the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from advisor.errors import (
+    ConfigRejectedError,
+    EngineStartError,
+    EngineUnavailableError,
+    WorkloadError,
+)
+from objectives.llm.metrics import GoodputFromSLO
+from objectives.llm.server import (
+    DEFAULT_LOG_TAIL_CHARS,
+    ManagedServer,
+    ModelSource,
+    ServingWorkload,
+    free_port,
+    gpu_memory_mb,
+    measure_endpoint,
+    package_versions,
+    process_tree,
+)
+from objectives.llm.workload import KIND, PRESETS, load_preset
+from objectives.measurement import Measurement
+from objectives.target import ProgressFn, Target
+from objectives.workload import Workload
+from search_spaces import SearchSpace, load_space
+
+__all__ = ["EngineServer", "ServingTarget", "shared_space", "validation_errors"]
+
+_VALIDATION_ERROR = re.compile(r"^.*\d+ validation errors? for \w+.*$", re.MULTILINE)
+
+
+@functools.cache
+def shared_space(name: str) -> SearchSpace:
+    """``load_space(name)``, parsed once per process: argv builders and every trial's validation
+    consult it."""
+    return load_space(name)
+
+
+def validation_errors(log: str) -> str | None:
+    """A pydantic "N validation error(s) for X" report in ``log`` (how vLLM and TensorRT-LLM refuse
+    a resulting config) as one line: its header and up to five indented lines after it, joined by
+    `` | ``; None when the log has none."""
+    match = _VALIDATION_ERROR.search(log)
+    if match:
+        lines = log[match.start():].splitlines()
+        detail = [lines[0].strip()] + [ln.strip() for ln in lines[1:6]
+                                       if ln.startswith((" ", "\t")) and ln.strip()]
+        return " | ".join(detail)
+    return None
+
+
+@dataclass(frozen=True)
+class EngineServer:
+    """How a :class:`ServingTarget` starts its engine's server, one per trial."""
+
+    #: The engine as messages name it (e.g. ``vLLM``).
+    label: str
+    #: The server as messages name it (e.g. ``vllm serve``).
+    process_name: str
+    #: Names the trial's scratch directory (``advisor-<scratch_name>-``) and the server log.
+    scratch_name: str
+    #: The environment variable whose JSON list replaces ``default_command``.
+    command_env: str
+    #: The argv prefix that starts the server; :meth:`ServingTarget.server_argv` gives the rest.
+    default_command: tuple[str, ...]
+    #: Seconds to wait for the health endpoint (the workload param ``startup_timeout_s`` wins).
+    startup_timeout_s: float
+    #: How many characters of the server log a trial reads once it is over.
+    log_read_chars: int = DEFAULT_LOG_TAIL_CHARS
+
+    def command(self, env: Mapping[str, str] | None = None) -> list[str]:
+        """The argv prefix: the JSON list in ``env[command_env]`` (``os.environ`` by default) or
+        ``default_command``. Raises :class:`EngineUnavailableError` for anything but a non-empty
+        JSON list of non-empty strings."""
+        raw = (os.environ if env is None else env).get(self.command_env)
+        if not raw:
+            return list(self.default_command)
+        try:
+            command = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EngineUnavailableError(f"{self.command_env} must be a JSON list of strings: "
+                                         f"{exc}") from None
+        if (not isinstance(command, list) or not command
+                or not all(isinstance(part, str) and part for part in command)):
+            raise EngineUnavailableError(
+                f"{self.command_env} must be a non-empty JSON list of strings, got {raw!r}")
+        return command
+
+
+class ServingTarget(GoodputFromSLO, Target):
+    """An ``llm-serving`` target measured over an OpenAI-compatible API; by default one server
+    that the target starts per trial (see the module docstring for the hooks)."""
+
+    default_objective: ClassVar[str] = "maximize:output_tokens_per_s"
+    default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
+    #: Workload parameters the target reads itself (not part of the llm-serving spec): by default
+    #: the server's start-up timeout and context length.
+    target_params: ClassVar[frozenset[str]] = frozenset({"startup_timeout_s", "max_model_len"})
+    #: How the server is started (a target that starts none leaves it out).
+    engine_server: ClassVar[EngineServer]
+
+    def space(self) -> SearchSpace:
+        return shared_space(self.name)
+
+    # -- availability and versions --------------------------------------------------------------
+
+    def check_available(self) -> None:
+        spec = self.engine_server
+        if os.environ.get(spec.command_env):
+            spec.command()  # a wrapper runs the engine elsewhere; only its syntax is checked here
+            return
+        if importlib.util.find_spec(self.engine) is None:
+            raise EngineUnavailableError(
+                f"the {self.name} target needs {spec.label}, which this Python cannot import; "
+                f"install it with: {self.install_hint}")
+
+    def engine_versions(self) -> dict[str, str]:
+        return package_versions(self.engine, "torch", "transformers")
+
+    def installed_version(self) -> str | None:
+        """The engine's version from its package metadata (None when not installed here)."""
+        return package_versions(self.engine).get(self.engine)
+
+    # -- workloads ------------------------------------------------------------------------------
+
+    def default_workload(self) -> Workload:
+        return load_preset("chat")
+
+    def named_workloads(self) -> dict[str, Workload]:
+        return {name: load_preset(name) for name in PRESETS}
+
+    def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
+                ) -> dict[str, Any]:
+        self._check_kind(workload)
+        served = self.load_served(workload, cache_dir)
+        return {"model": served.model.label, "dummy_weights": served.model.dummy_weights,
+                "max_model_len": served.max_model_len()}
+
+    def load_served(self, workload: Workload, cache_dir: Path) -> ServingWorkload:
+        """``workload`` as requests and a model directory (written under ``cache_dir``), with
+        :attr:`target_params` set apart."""
+        return ServingWorkload.load(workload.params, cache_dir, target_keys=self.target_params)
+
+    def _check_kind(self, workload: Workload) -> None:
+        if workload.kind != KIND:
+            raise WorkloadError(
+                f"the {self.name} target runs workloads of kind {KIND!r}, got {workload.kind!r}")
+
+    # -- one trial ------------------------------------------------------------------------------
+
+    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        started = time.perf_counter()
+        spec = self.engine_server
+        self.check_available()
+        self._check_kind(workload)
+        served = self.load_served(workload, cache_dir)
+        max_model_len = served.max_model_len()
+        clean = self.validate_config(config)
+        self.reject_infeasible(clean, max_model_len)
+        version = self.installed_version()
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory(prefix=f"advisor-{spec.scratch_name}-") as tmp:
+            args, launch_details = self.server_argv(
+                clean, served, port=port, engine_version=version, max_model_len=max_model_len,
+                workdir=Path(tmp))
+            argv = [*spec.command(), *args]
+            timeout_s = float(served.target_params.get("startup_timeout_s",
+                                                       spec.startup_timeout_s))
+            with ManagedServer(argv, base_url=base_url,
+                               log_path=Path(tmp) / f"{spec.scratch_name}.log",
+                               env=self.server_env(served), name=spec.process_name,
+                               stop_on_sigterm=True) as server:
+                try:
+                    startup_s = server.wait_ready(timeout_s)
+                except EngineStartError:
+                    reason = self.engine_refusal(server.log_tail(), server.returncode)
+                    if reason is not None:
+                        raise ConfigRejectedError(
+                            f"{spec.label} rejected the configuration: {reason}") from None
+                    raise
+                metrics, details = measure_endpoint(
+                    base_url, self.served_model_name(served), served,
+                    extra_body={"ignore_eos": True})
+                peak = gpu_memory_mb(process_tree(server.pid or 0))
+                log = server.log_tail(spec.log_read_chars)
+        if peak is not None:
+            metrics["peak_memory_mb"] = peak
+        facts = self.log_facts(log)
+        versions = self.engine_versions()
+        if self.engine not in versions and "engine_version_reported" in facts:
+            versions[self.engine] = facts["engine_version_reported"]  # e.g. a container's engine
+        log_tail = self.log_to_store(log)
+        details.update({
+            "argv": argv, **launch_details, "engine_version": version or versions.get(self.engine),
+            "model": served.model.label, "model_path": str(served.model.path),
+            "dummy_weights": served.model.dummy_weights, "max_model_len": max_model_len,
+            "startup_s": startup_s, **facts, "engine_log_tail": log_tail,
+            "engine_log_tail_chars": len(log_tail),
+        })
+        return Measurement(metrics=metrics, engine_versions=versions, details=details,
+                           duration_s=time.perf_counter() - started)
+
+    # -- hooks of a target that starts its server -----------------------------------------------
+
+    def server_argv(self, config: Mapping[str, Any], served: ServingWorkload, *, port: int,
+                    engine_version: str | None, max_model_len: int, workdir: Path
+                    ) -> tuple[list[str], dict[str, Any]]:
+        """The server's arguments after the command prefix for the validated ``config``, and
+        launch facts to record with the trial. Files the server reads go under ``workdir``, which
+        lasts until the server has stopped."""
+        raise NotImplementedError(f"the {self.name} target starts no server")
+
+    def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
+        """Raise :class:`ConfigRejectedError` for a validated ``config`` the engine would refuse,
+        before paying for its start (default: none known)."""
+
+    def server_env(self, served: ServingWorkload) -> dict[str, str] | None:
+        """The server's environment (default None: this process's)."""
+        return None
+
+    def served_model_name(self, served: ServingWorkload) -> str:
+        """The model name the server serves and requests ask for."""
+        return served.model.label
+
+    def engine_refusal(self, log: str, exit_code: int | None) -> str | None:
+        """The engine's own reason when the log of a failed start shows it refused the
+        configuration; None for any other failure (the default)."""
+        return None
+
+    def log_facts(self, log: str) -> dict[str, Any]:
+        """Facts the engine logged about itself (``engine_version_reported``, ...) to record."""
+        return {}
+
+    def log_to_store(self, log: str) -> str:
+        """The part of the server log to store with the trial (default: all that was read)."""
+        return log
+
+    # -- reproduction ---------------------------------------------------------------------------
+
+    def command_model(self, workload: Workload | None) -> tuple[ModelSource, int] | None:
+        """The model and context length an ``llm-serving`` ``workload`` runs with, for
+        ``launch_command`` (its model directory is written to a scratch directory and removed);
+        None without such a workload."""
+        if workload is None or workload.kind != KIND:
+            return None
+        scratch = self.engine_server.scratch_name
+        with tempfile.TemporaryDirectory(prefix=f"advisor-{scratch}-cmd-") as tmp:
+            served = self.load_served(workload, Path(tmp))
+            max_model_len = served.max_model_len()
+        return served.model, max_model_len
