@@ -103,6 +103,15 @@ GPU_ONLY: dict[str, tuple[Callable[[Any, Knob], bool], str]] = {
 }
 
 
+#: Knobs a CPU study does not sample although a config may still ask for them explicitly: on CPU,
+#: torch.compile recompiles for each new batch shape while the workload runs, so such a trial
+#: measures compilation (TTFT p95 of seconds, 35-62 s per trial on 2 cores), not serving.
+CPU_SAMPLING_PINNED: dict[str, str] = {
+    "default_compile_level": "not sampled on CPU: torch.compile recompiles for every new batch "
+                             "shape during the measured run",
+}
+
+
 def gpu_only_reason(config: Mapping[str, Any], space: SearchSpace) -> str | None:
     """Why ``config`` cannot run without a CUDA GPU (every GPU-only value named), or None."""
     reasons = [f"{name}={config[name]!r}: {why}" for name, (needs_gpu, why) in GPU_ONLY.items()
@@ -111,15 +120,17 @@ def gpu_only_reason(config: Mapping[str, Any], space: SearchSpace) -> str | None
 
 
 def cpu_space(space: SearchSpace) -> SearchSpace:
-    """``space`` with every GPU-only knob pinned to its (CPU-valid) default.
+    """``space`` with every GPU-only knob (and those in :data:`CPU_SAMPLING_PINNED`) pinned to
+    its (CPU-valid) default.
 
     Knob names stay the same, so configs measured on CPU and GPU line up; only the values a CPU
-    cannot run are taken out of the sampler's reach.
+    cannot run, or cannot measure meaningfully, are taken out of the sampler's reach.
     """
     knobs: list[Knob] = []
     for knob in space.knobs:
-        if knob.name in GPU_ONLY:
-            pinned: dict[str, Any] = {"help": f"{knob.help} [{_CPU_PIN_NOTE}]"}
+        if knob.name in GPU_ONLY or knob.name in CPU_SAMPLING_PINNED:
+            note = CPU_SAMPLING_PINNED.get(knob.name, _CPU_PIN_NOTE)
+            pinned: dict[str, Any] = {"help": f"{knob.help} [{note}]"}
             if knob.type == "categorical":
                 pinned["choices"] = (knob.default,)
             elif knob.type in ("int", "float"):

@@ -15,8 +15,8 @@ from objectives.targets.transformers_target import TransformersTarget
 
 
 class TestTransformersTarget(TargetContract):
-    # Each sampled config builds its own engine, and the seed's draws compile (level 1): ~16 s
-    # each on 2 cores.
+    # Each sampled config builds its own engine (a few seconds on 2 cores; torch.compile is not
+    # sampled on CPU).
     n_sampled = 2
 
     @pytest.fixture

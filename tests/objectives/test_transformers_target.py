@@ -143,8 +143,12 @@ def test_cpu_space_pins_gpu_only_knobs_and_keeps_names(space: SearchSpace) -> No
     for _ in range(40):
         config = suggest_config(study.ask(), narrowed)
         assert gpu_only_reason(config, space) is None, config
+        assert config["default_compile_level"] == 0  # compile is not sampled on CPU
         space.validate_config(config)  # CPU configs are configs of the full space
     assert gpu_only_reason(space.default_config(), space) is None
+    # ...but a config may still ask for it explicitly: it is not a GPU-only value.
+    assert gpu_only_reason(space.validate_config({"default_compile_level": 2},
+                                                 fill_defaults=True), space) is None
 
 
 def test_gpu_only_values_are_named_with_their_reason(space: SearchSpace) -> None:
