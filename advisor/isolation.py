@@ -8,8 +8,6 @@ SIGKILLed driver leaves no orphaned engine behind.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -24,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from objectives.measurement import Measurement
+from objectives.processes import die_with_parent, kill_process_group
 from objectives.workload import Workload
 
 __all__ = ["TrialOutcome", "run_isolated"]
 
 _LOG_TAIL_CHARS = 4000
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -50,33 +48,11 @@ class TrialOutcome:
 
 def _child_setup(memory_limit_mb: int | None) -> Callable[[], None]:
     def setup() -> None:
-        # Die with the parent: an engine must never outlive the driver that measures it.
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except OSError:
-            pass
+        die_with_parent()  # an engine must never outlive the driver that measures it
         if memory_limit_mb is not None:
             limit = memory_limit_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return setup
-
-
-def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever is left after ``grace_s``."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            # The leader is gone; make sure no grandchild in its group survives either.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _tail(path: Path) -> str:
@@ -123,11 +99,11 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
             try:
                 code = _wait(proc, start, timeout_s, on_tick, tick_s)
             except BaseException:
-                _kill_group(proc, grace_s=1.0)
+                kill_process_group(proc, grace_s=1.0)
                 raise
         elapsed = time.monotonic() - start
         if code is None:
-            _kill_group(proc)
+            kill_process_group(proc)
             return TrialOutcome("failed", error_type="timeout", duration_s=elapsed,
                                 reason=f"trial exceeded its {timeout_s:g} s timeout and was "
                                        f"killed\n--- log tail ---\n{_tail(log)}".rstrip())

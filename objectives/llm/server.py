@@ -13,7 +13,6 @@ reason of a failed start.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.metadata
 import json
 import math
@@ -45,6 +44,7 @@ from objectives.llm.workload import (
     generate_warmup_requests,
     max_concurrency,
 )
+from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = [
     "DEFAULT_LOG_TAIL_CHARS",
@@ -60,7 +60,6 @@ __all__ = [
 ]
 
 DEFAULT_LOG_TAIL_CHARS = 4000
-_PR_SET_PDEATHSIG = 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -72,11 +71,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _die_with_parent() -> None:
     """Runs in the reaper before exec: SIGTERM it when its parent (the trial process) dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not glibc Linux: stop() and the process group still clean up
-        pass
+    die_with_parent(signal.SIGTERM)
 
 
 # The server's session leader, run as `python -c _REAPER SERVER_ARGV...` (an argv list, no shell).
@@ -214,21 +209,7 @@ class ManagedServer:
         if proc is None:
             return None
         try:
-            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            # The leader is gone; no worker it spawned may outlive it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10.0)
+            kill_process_group(proc, grace_s)
         finally:
             self._close_log()
             self._restore_sigterm()
