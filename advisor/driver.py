@@ -27,7 +27,7 @@ from advisor import __version__
 from advisor.errors import StudyError
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
-from advisor.sampling import suggest_config, to_optuna_params
+from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus, utcnow
@@ -166,8 +166,9 @@ class StudyDriver:
         ))
         ostudy = self._optuna_study(spec, study)
         if spec.include_default:
-            params = to_optuna_params(target.space().default_config(), target.space())
-            ostudy.enqueue_trial(params, user_attrs={"advisor_role": _DEFAULT_ROLE})
+            # default_config() holds exactly the active knobs, which is what the sampler replays.
+            ostudy.enqueue_trial(target.space().default_config(),
+                                 user_attrs={"advisor_role": _DEFAULT_ROLE})
         return self._loop(spec, study, target, ostudy)
 
     def resume(self, name: str, n_trials: int | None = None) -> StudyResult:
@@ -271,8 +272,8 @@ class StudyDriver:
                     error=f"the driver (pid {rec.pid} on {rec.host}) died while this trial ran; "
                           f"its config was re-queued on resume")
                 log.warning("trial %s was interrupted; its config is re-queued", rec.number)
-        # Store rows left running without an Optuna trial in RUNNING state (killed between tell
-        # and the store's write cannot happen: the store is written first), but be thorough.
+        # Store rows still running whose Optuna trial is already finished (a driver killed during
+        # an earlier recovery, after failing the Optuna trial but before writing the store).
         for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
             self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
                                   error_type="interrupted",

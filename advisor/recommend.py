@@ -88,6 +88,7 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
               and all(t.metrics.get(m) is not None for m in slo.metrics)]
     best: TrialRecord | None = None
     closest: TrialRecord | None = None
+    closest_violation = float("inf")
     feasible = 0
     for t in usable:
         margins = slo.margins(t.metrics)
@@ -96,8 +97,8 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
             if best is None or objective.is_better(float(t.metrics[objective.metric]),
                                                    float(best.metrics[objective.metric])):
                 best = t
-        elif closest is None or _violation(margins) < _violation(slo.margins(closest.metrics)):
-            closest = t
+        elif (violation := _violation(margins)) < closest_violation:
+            closest, closest_violation = t, violation
     answer = Recommendation(slo=slo, objective=objective, target=target,
                             hardware_key=hardware_key, considered=len(usable),
                             feasible_count=feasible)

@@ -13,7 +13,7 @@ import optuna
 
 from search_spaces import Knob, SearchSpace
 
-__all__ = ["suggest_config", "to_optuna_params"]
+__all__ = ["suggest_config"]
 
 
 def _suggest(trial: optuna.Trial, knob: Knob) -> Any:
@@ -42,8 +42,3 @@ def suggest_config(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
         config[knob.name] = value
     return config
 
-
-def to_optuna_params(config: dict[str, Any], space: SearchSpace) -> dict[str, Any]:
-    """Params for ``study.enqueue_trial`` that reproduce ``config`` (active knobs only)."""
-    clean = space.validate_config(config, fill_defaults=True)
-    return {k: v for k, v in clean.items()}

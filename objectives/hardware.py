@@ -74,10 +74,10 @@ def _slug(text: str) -> str:
 @lru_cache(maxsize=1)
 def fingerprint() -> dict[str, Any]:
     """The hardware this process runs on, as plain data."""
-    gpus = _gpus()
+    gpus, cpu_model = _gpus(), _cpu_model()
     return {
-        "key": hardware_key_for(gpus, _cpu_model(), os.cpu_count() or 1),
-        "cpu_model": _cpu_model(),
+        "key": hardware_key_for(gpus, cpu_model, os.cpu_count() or 1),
+        "cpu_model": cpu_model,
         "cpu_count": os.cpu_count() or 1,
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "memory_gib": _memory_gib(),
