@@ -13,6 +13,7 @@ __all__ = [
     "DataError",
     "EngineStartError",
     "EngineUnavailableError",
+    "NotFoundError",
     "SLOParseError",
     "SearchSpaceError",
     "StoreError",
@@ -69,3 +70,7 @@ class StoreError(AdvisorError):
 
 class StudyError(AdvisorError):
     """A study cannot be created, resumed or run as asked."""
+
+
+class NotFoundError(AdvisorError):
+    """Asked-for knowledge does not exist (no cheat-sheet row / knob for that context)."""
