@@ -89,7 +89,7 @@ def test_targets_lists_knobs_and_help_is_readable(env: dict[str, str]) -> None:
     faiss = next(t for t in listed if t["name"] == "faiss")
     assert {"nlist", "nprobe", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "ef_search",
             "batch_size", "threads"} <= {k["name"] for k in faiss["knobs"]}
-    for command in ("tune", "trials", "recommend", "targets", "studies"):
+    for command in ("tune", "trials", "recommend", "targets", "studies", "cheatsheet"):
         helped = advisor(command, "--help", env=env)
         assert helped.returncode == 0 and "Usage" in helped.stdout
 
