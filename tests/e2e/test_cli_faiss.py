@@ -49,7 +49,7 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
         else:
             assert t["error"]  # failed trials keep their reason
 
-    rec = advisor("recommend", "--target", "faiss", "--slo", SLO, "--json", env=env)
+    rec = advisor("recommend", "--target", "faiss", "--slo", SLO, "--measured", "--json", env=env)
     answer = json.loads(rec.stdout)
     feasible = [t for t in trials if t["feasible"]]
     if feasible:
@@ -61,7 +61,7 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
     else:
         assert rec.returncode == 1 and "advisor tune" in answer["tune_command"]
 
-    impossible = advisor("recommend", "--target", "faiss", "--slo",
+    impossible = advisor("recommend", "--target", "faiss", "--measured", "--slo",
                          "p95_latency_ms<=0.000001,recall_at_10>=0.9", env=env)
     assert impossible.returncode == 1
     assert "No measured faiss config meets" in impossible.stdout
