@@ -10,6 +10,7 @@
 #
 #   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=380 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RUN=${RUN:-a}
@@ -20,8 +21,9 @@ COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $
 poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 STUDIES=(
   "GPU=0 $COMMON --model llama-3-8b --trials ${VLLM_TRIALS_8B:-40} --name h200-vllm-8b-chat-45rps-$RUN --workload-param n_requests=360 --workload-param $(poisson 45) --also-rate 15 --also-rate 30 --also-rate 60"
-  "GPU=1 $COMMON --model llama-3.2-1b --trials ${VLLM_TRIALS_1B:-40} --name h200-vllm-1b-chat-90rps-$RUN --workload-param n_requests=720 --workload-param $(poisson 90) --also-rate 30 --also-rate 60 --also-rate 120"
+  "${VLLM_1B_GPU:-GPU=1} $COMMON --model llama-3.2-1b --trials ${VLLM_TRIALS_1B:-40} --name h200-vllm-1b-chat-90rps-$RUN --workload-param n_requests=720 --workload-param $(poisson 90) --also-rate 30 --also-rate 60 --also-rate 120"
 )
+[ "${VLLM_TRIALS_1B:-40}" -gt 0 ] || unset 'STUDIES[1]'
 if [ "${TRANSFORMERS:-0}" -gt 0 ]; then
   STUDIES+=("GPU=1 --target transformers --slo ttft_p95_ms<=300,tpot_p95_ms<=40 --model llama-3.2-1b --workload chat --sampler tpe --seed $SEED --timeout 300 --trials $TRANSFORMERS --name h200-transformers-1b-chat-4rps-$RUN --workload-param n_requests=64 --workload-param $(poisson 4)")
 fi
