@@ -22,7 +22,7 @@ from rich.table import Table
 
 from advisor import __version__
 from advisor.cheatsheet import build_cheatsheet
-from advisor.driver import SAMPLERS, StudyDriver, StudyResult, StudySpec
+from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
@@ -41,6 +41,8 @@ from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate
 from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
 from objectives import parse_slo
 from objectives.hardware import hardware_key
+from objectives.llm.workload import KIND as LLM_KIND
+from objectives.llm.workload import at_rate
 from objectives.registry import get_target, target_names
 from objectives.target import Target
 from objectives.workload import Workload
@@ -261,6 +263,11 @@ def tune_cmd(
         help="Address-space limit of each trial process, in MiB.")] = None,
     include_default: Annotated[bool, typer.Option(
         help="Measure the engine's default config as the first trial, for comparison.")] = True,
+    also_rate: Annotated[list[float] | None, typer.Option(
+        "--also-rate", help="LLM serving targets: also measure every trial's config at this "
+        "arrival rate in req/s (repeatable), on the same engine start, as a trial of the study "
+        "<name>@<rate>rps. Same arrival window (requests scale with the rate), other prompts. "
+        "--timeout covers the whole trial.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a tuning study: search the target's knobs against an SLO on this machine.
@@ -281,6 +288,7 @@ def tune_cmd(
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]
     wl = _resolve_workload(tgt, workload, params)
     study_name = name or _default_study_name(target, wl, str(slo_obj), str(obj))
+    co_measured = _co_measured(study_name, wl, also_rate or [])
     store = _store(settings)
     reporter = _ProgressReporter(obj, slo_obj.metrics)
     driver = StudyDriver(store, settings, reporter)
@@ -289,19 +297,37 @@ def tune_cmd(
         if stored is not None:
             if slo or objective or workload or params:
                 _check_same(stored, str(slo_obj), obj, wl, target)
+            stored_co = stored.data_provenance.get("co_measured_studies", [])
+            if also_rate and [c.name for c in co_measured] != stored_co:
+                raise AdvisorError(f"--resume of study {study_name!r} with other --also-rate "
+                                   f"values: it is measured with {stored_co or 'no other study'}")
             result = driver.resume(study_name, trials)
         else:
             if resume:
                 err.print(f"no study named {study_name!r} yet: starting it")
             result = driver.run(StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
-                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default))
+                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
+                co_measured=co_measured))
     except KeyboardInterrupt:
         reporter.progress.stop()
         err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
                   f"--name {study_name} --resume")
         raise typer.Exit(130) from None
     _print_result(result, as_json)
+
+
+def _co_measured(study_name: str, wl: Workload, rates: list[float]) -> tuple[CoMeasured, ...]:
+    """The studies ``--also-rate`` asks for: ``wl`` at each rate, named ``<study>@<rate>rps``."""
+    if not rates:
+        return ()
+    if wl.kind != LLM_KIND:
+        raise AdvisorError(f"--also-rate needs an {LLM_KIND!r} workload (an LLM serving "
+                           f"target), but workload {wl.name!r} is of kind {wl.kind!r}")
+    if len(set(rates)) != len(rates):
+        raise AdvisorError(f"--also-rate values must differ, got {rates}")
+    return tuple(CoMeasured(f"{study_name}@{rate:g}rps", at_rate(wl, rate, seed_offset=i + 1))
+                 for i, rate in enumerate(rates))
 
 
 def _check_same(stored: StudyRecord, slo: str, obj: Objective, wl: Workload, target: str) -> None:
@@ -331,9 +357,19 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
         "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
     }
+    if result.co_measured:
+        summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
     if as_json:
         out.print_json(data=summary)
         return
+    for co in result.co_measured:
+        line = _co_summary(co)
+        best = line["best"]
+        metric = study.objective_metric
+        tail = (f"; best {metric} {_fmt(best['metrics'].get(metric))} (trial #{best['number']})"
+                if best else "")
+        out.print(f"measured alongside: [bold]{line['study']}[/bold]: {line['complete']} "
+                  f"measured, {line['meeting_slo']} met the SLO{tail}")
     out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured, "
               f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
               f"{summary['meeting_slo']} met the SLO {study.slo}")
@@ -357,6 +393,13 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         table.add_row(*row)
     out.print(table)
     out.print(f"best config: [bold]{_compact(result.best.config)}[/bold]")
+
+
+def _co_summary(result: StudyResult) -> dict[str, Any]:
+    return {"study": result.study.name, "workload": result.study.workload_spec,
+            "complete": result.count(TrialStatus.COMPLETE),
+            "failed": result.count(TrialStatus.FAILED), "meeting_slo": result.n_feasible,
+            "best": _trial_json(result.best)}
 
 
 def _trial_json(t: TrialRecord | None) -> dict[str, Any] | None:
