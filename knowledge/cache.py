@@ -80,12 +80,13 @@ class KnowledgeModels:
             elif t.status == TrialStatus.FAILED:
                 failed.setdefault(context_of(t), []).append(t)
         contexts: dict[ContextKey, ContextModels] = {}
+        names = {int(s.id or 0): s.name for s in store.list_studies(target)}
         for ctx, rows in sorted(grouped.items()):
             if len(rows) < MIN_TRIALS:
                 log.info("context %s: %d trials, too few to fit", ctx.label(), len(rows))
                 continue
             contexts[ctx] = fit_context(ctx, rows, family=family, score=score,
-                                        failed=failed.get(ctx, []))
+                                        failed=failed.get(ctx, []), study_names=names)
         return cls(key, family, contexts, fit_seconds=time.perf_counter() - started)
 
     def for_target(self, target: str) -> list[ContextModels]:

@@ -309,7 +309,8 @@ class _LinearBase:
             self.mean_ = np.nan_to_num(np.nanmean(np.where(np.isfinite(X), X, np.nan), axis=0))
             std = np.nan_to_num(np.nanstd(np.where(np.isfinite(X), X, np.nan), axis=0))
         self.std_ = np.where(std > 0, std, 1.0)
-        self.model_ = Ridge(alpha=1.0).fit(self._design(X), y, sample_weight=w)
+        model = Ridge(alpha=1.0).fit(self._design(X), y, sample_weight=w)
+        self.coef_, self.intercept_ = np.asarray(model.coef_), float(model.intercept_)
         return self
 
     def _design(self, X: np.ndarray) -> np.ndarray:
@@ -318,7 +319,7 @@ class _LinearBase:
         return np.hstack([Z, missing.astype(float)])
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        out: np.ndarray = self.model_.predict(self._design(X))
+        out: np.ndarray = self._design(X) @ self.coef_ + self.intercept_
         return out
 
 
@@ -343,7 +344,7 @@ class IntervalRegressor:
     ``coverage`` of those residuals fall inside the interval: normalised conformal calibration.
     """
 
-    def __init__(self, *, family: str = "linear-forest", coverage: float = COVERAGE,
+    def __init__(self, *, family: str = DEFAULT_FAMILY, coverage: float = COVERAGE,
                  calibration_folds: int = 3, n_trees: int = 48, random_state: int = 0) -> None:
         if family not in FAMILIES:
             raise ValueError(f"`family` must be one of {FAMILIES}, got {family!r}")
@@ -399,7 +400,10 @@ class IntervalRegressor:
     @staticmethod
     def _member_predict(member: Any, X: np.ndarray) -> np.ndarray:
         base, tree = member
-        out: np.ndarray = tree.predict(X)
+        # The fitted tree's own array predictor: sklearn's public predict() re-validates X on
+        # every call, which costs more than the prediction on a few hundred rows.
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        out: np.ndarray = tree.tree_.predict(X32).reshape(len(X))
         return out + base.predict(X) if base is not None else out
 
     def _fit_raw(self, X: np.ndarray, y: np.ndarray) -> Any:
@@ -532,6 +536,8 @@ class ContextModels:
     workloads: list[WorkloadPoint]
     trial_workload: list[str]  # spec hash per trial
     fit_seconds: float = 0.0
+    trial_studies: list[str] = field(default_factory=list)  # study name per trial
+    X_: np.ndarray | None = None  # the encoded training rows, for nearest-evidence search
     failed_configs: list[dict[str, Any]] = field(default_factory=list)
 
     def predict(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
@@ -603,9 +609,9 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
     return X, y, groups, idx
 
 
-def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "linear-forest",
-                score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = ()
-                ) -> ContextModels:
+def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
+                score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = (),
+                study_names: Mapping[int, str] | None = None) -> ContextModels:
     """Fit one model per metric on the complete trials of one context.
 
     With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
@@ -631,10 +637,12 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
                                 if isinstance(v, int | float)} for t in usable],
         workloads=_workload_points(usable), trial_workload=[t.workload_hash for t in usable],
         fit_seconds=time.perf_counter() - started,
-        failed_configs=[dict(t.config) for t in failed])
+        failed_configs=[dict(t.config) for t in failed],
+        trial_studies=[(study_names or {}).get(t.study_id, "") for t in usable],
+        X_=encoder.transform([t.config for t in usable], wl))
 
 
-def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "linear-forest",
+def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                    folds: int = 5, metrics: Iterable[str] | None = None
                    ) -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
