@@ -750,7 +750,7 @@ def knowledge_import_cmd(
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
     table = Table(title=title)
-    for c in ("context", "metric", "trials", "configs", "MAPE", "90% interval coverage"):
+    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage"):
         table.add_column(c)
     for r in rows:
         mape = r["mape"]
@@ -815,6 +815,9 @@ def knowledge_eval_cmd(
                          "throughput, the issue's accuracy goal.")] = None,
     all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Every modelled metric.")
                            ] = False,
+    group_by: Annotated[str, typer.Option(
+        help="Hold out whole 'config's (default: unseen configs) or whole 'workload's (unseen "
+             "rates / corpus sizes).")] = "config",
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "
@@ -825,6 +828,8 @@ def knowledge_eval_cmd(
     measurements of one config are held out together), MAPE and 90%-interval coverage."""
     if family not in FAMILIES:
         raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if group_by not in ("config", "workload"):
+        raise AdvisorError(f"--group-by must be config or workload, got {group_by!r}")
     store = _store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
@@ -841,7 +846,7 @@ def knowledge_eval_cmd(
         names = sorted({m for t in ctx_trials for m in t.metrics})
         wanted = names if all_metrics else metric or [m for m in names if _is_goal_metric(m)]
         scores = cross_validate(key, ctx_trials, family=family, folds=folds,
-                                metrics=[m for m in wanted if m in names])
+                                metrics=[m for m in wanted if m in names], group_by=group_by)
         rows += [{"context": key.label(), **s.to_dict()} for s in scores.values()]
     audits = ([a.to_dict() for a in audit_store_trials(trials, target=target, family=family,
                                                        folds=folds)] if audit else [])
@@ -852,7 +857,7 @@ def knowledge_eval_cmd(
     if not rows:
         out.print("no context has enough measured trials to evaluate")
         return
-    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by config; goal: "
+    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by {group_by}; goal: "
                            "MAPE <= 10% for p95 latency and throughput)", rows, 0.10))
     for a in audits:
         rate = a["false_feasible_rate"]

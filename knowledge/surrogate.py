@@ -643,10 +643,12 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
 
 
 def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
-                   folds: int = 5, metrics: Iterable[str] | None = None
-                   ) -> dict[str, MetricScore]:
+                   folds: int = 5, metrics: Iterable[str] | None = None,
+                   group_by: str = "config") -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
-    of one config never sit on both sides of a split.
+    of one config (and its measurements at other rates) never sit on both sides of a split.
+    ``group_by="workload"`` holds out whole workloads instead (how well an unmeasured rate or
+    corpus size is predicted for configs measured elsewhere).
 
     MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
     the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
@@ -657,8 +659,12 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     wl = [workload_features(t.workload_spec) for t in usable]
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     out: dict[str, MetricScore] = {}
+    if group_by not in ("config", "workload"):
+        raise ValueError(f"`group_by` must be 'config' or 'workload', got {group_by!r}")
     for metric in metrics if metrics is not None else _metric_names(usable):
-        X, y, groups, _ = _xy(usable, encoder, metric)
+        X, y, groups, idx = _xy(usable, encoder, metric)
+        if group_by == "workload":
+            groups = np.asarray([usable[i].workload_hash for i in idx])
         n_groups = len(set(groups.tolist()))
         k = min(folds, n_groups)
         if k < 2 or len(y) < 4:
