@@ -490,12 +490,17 @@ def trials_cmd(
 # recommend -----------------------------------------------------------------------------------
 
 
-def _models(settings: Settings, store: TrialStore, family: str = DEFAULT_FAMILY) -> KnowledgeModels:
-    """The fitted models for ``store``: from the cache dir when current, else fitted now."""
-    cache = ModelCache(store, settings.cache_dir, family=family)
-    if cache.path is not None and not cache.path.exists():
-        err.print("[dim]no fitted models yet: fitting them now (advisor knowledge fit does this "
-                  "ahead of time)[/dim]")
+def _models(settings: Settings, store: TrialStore, target: str | None = None
+            ) -> KnowledgeModels:
+    """The fitted models for ``store``: the all-target set `advisor knowledge fit` saved when it
+    is current, else ``target``'s own set (fitted now when missing or stale)."""
+    full = ModelCache(store, settings.cache_dir).peek()
+    if full is not None:
+        return full
+    cache = ModelCache(store, settings.cache_dir, target=target)
+    if cache.peek() is None:
+        err.print("[dim]fitting the surrogate models on the stored trials first (`advisor "
+                  "knowledge fit` does this ahead of time)[/dim]")
     return cache.get()
 
 
@@ -563,7 +568,7 @@ def recommend_cmd(
         workload=_workload_query(rate_rps, prompt_len, output_len, n_vectors, dim))
     # Validate the question before fitting anything, so a typo answers at once.
     parse_slo(slo).check_metrics(target, tgt.reported_metrics())
-    answer = recommend(store, query, models=_models(settings, store))
+    answer = recommend(store, query, models=_models(settings, store, target))
     if as_json:
         out.print_json(data=answer.to_dict())
     else:
@@ -784,7 +789,7 @@ def knowledge_fit_cmd(
     settings = _settings()
     store = _store(settings)
     models = KnowledgeModels.fit(store, family=family, target=target)
-    cache = ModelCache(store, settings.cache_dir, family=family)
+    cache = ModelCache(store, settings.cache_dir, family=family, target=target)
     if cache.path is not None:
         models.save(cache.path)
     rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
@@ -896,7 +901,7 @@ def cheatsheet_cmd(
     store = _store(settings)
     sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
                              workload_class=workload_class, tier=tier,
-                             models=_models(settings, store))
+                             models=_models(settings, store, target))
     import json
 
     text = (sheet.to_markdown() if fmt == "md" else sheet.to_html() if fmt == "html"

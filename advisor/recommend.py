@@ -152,7 +152,7 @@ SAME_WORKLOAD = math.log(1.1)
 #: is not covered: a factor 2 in arrival rate or corpus size changes which configs are feasible.
 FAR_WORKLOAD = math.log(2.0)
 #: Candidate configs evaluated per query (measured configs first, then one-knob variations).
-MAX_CANDIDATES = 1500
+MAX_CANDIDATES = 600
 #: Nearest measured trials returned as evidence.
 EVIDENCE_TRIALS = 5
 Status = Literal["recommended", "no_feasible_config", "not_covered"]
@@ -498,7 +498,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     measured = list({_config_key(c): c for c in ctx.configs}.values())
     pred = ctx.predict(measured, features, needed)
     order = _rank(pred, slo, objective, len(measured))
-    seeds = [measured[i] for i in order[:12]]
+    seeds = [measured[i] for i in order[:8]]
     extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
     configs = [c for c in [*measured, *extra] if _config_key(c) not in failed]
     pred = ctx.predict(configs, features, needed)

@@ -12,6 +12,7 @@ This module never imports an engine or optuna: it sees trials only as stored rec
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -513,12 +514,36 @@ class MetricScore:
 
 @dataclass
 class MetricModel:
-    """One metric's fitted regressor with its transform and its cross-validated score."""
+    """One metric's fitted regressor with its transform and its cross-validated score.
+
+    Pickled with the regressor as an opaque blob that is only unpickled when the metric is first
+    predicted: loading a saved model set then costs milliseconds, and a query pays only for the
+    few metrics it asks about.
+    """
 
     metric: str
     transform: str
-    regressor: IntervalRegressor
+    regressor: IntervalRegressor | None
     score: MetricScore | None = None
+    blob: bytes | None = None
+
+    def fitted(self) -> IntervalRegressor:
+        if self.regressor is None:
+            if self.blob is None:
+                raise RuntimeError(f"model of {self.metric} has neither a regressor nor a blob")
+            self.regressor = pickle.loads(self.blob)  # written by __getstate__ below
+            self.blob = None
+        return self.regressor
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state.get("regressor") is not None:
+            state["blob"] = pickle.dumps(state["regressor"], protocol=pickle.HIGHEST_PROTOCOL)
+            state["regressor"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 @dataclass
@@ -550,7 +575,7 @@ class ContextModels:
             mm = self.metrics.get(name)
             if mm is None:
                 continue
-            c, lo, hi = mm.regressor.predict_interval(X)
+            c, lo, hi = mm.fitted().predict_interval(X)
             out[name] = (_inverse(mm.transform, c), _inverse(mm.transform, lo),
                          _inverse(mm.transform, hi))
         return out
@@ -611,9 +636,11 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
 
 def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                 score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = (),
-                study_names: Mapping[int, str] | None = None) -> ContextModels:
+                study_names: Mapping[int, str] | None = None,
+                metrics: Iterable[str] | None = None) -> ContextModels:
     """Fit one model per metric on the complete trials of one context.
 
+    ``metrics`` limits the models to those metrics (the audit needs only the SLO's).
     With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
     each :class:`MetricModel` carries its :class:`MetricScore`.
     """
@@ -625,7 +652,10 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     scores = cross_validate(key, usable, family=family, folds=folds) if score else {}
     models: dict[str, MetricModel] = {}
+    wanted = set(metrics) if metrics is not None else None
     for metric in _metric_names(usable):
+        if wanted is not None and metric not in wanted:
+            continue
         X, y, groups, _ = _xy(usable, encoder, metric)
         kind = metric_transform(metric, y)
         reg = IntervalRegressor(family=family).fit(X, _forward(kind, y), groups)
