@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,9 +58,29 @@ __all__ = [
     "package_versions",
     "process_tree",
     "resolve_model",
+    "root_cause",
 ]
 
 DEFAULT_LOG_TAIL_CHARS = 4000
+
+
+#: How much of a failed server's log :func:`root_cause` searches.
+ROOT_CAUSE_LOG_CHARS = 400_000
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\([\w ]+pid=\d+\)\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\w*): (.+)$")
+#: Exception lines that only wrap the real cause (a multi-process engine reports its failed core).
+_WRAPPERS = ("Engine core initialization failed", "See root cause above", "Worker failed")
+
+
+def root_cause(log: str) -> str | None:
+    """The first exception line of ``log`` that is not a mere wrapper, without its process
+    prefix: a multi-process server prints the real error in one process's traceback and a generic
+    one last, so a log tail alone often misses it. None when the log shows no exception."""
+    for raw in log.splitlines():
+        match = _EXCEPTION_LINE.match(raw.strip())
+        if match and not any(w in match.group(2) for w in _WRAPPERS):
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -215,3 +215,13 @@ def test_cli_also_rate_records_a_study_per_rate(fake_vllm: Path, tmp_path: Path)
         [sys.executable, "-m", "advisor", "tune", "--target", "faiss", "--also-rate", "5",
          "--trials", "1"], env=env, capture_output=True, text=True, timeout=120)
     assert wrong.returncode != 0 and "--also-rate needs an 'llm-serving' workload" in wrong.stderr
+
+
+def test_a_failed_start_names_its_root_cause_beyond_the_log_tail(
+        fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SERVER_CRASH", "fp8 KV cache needs a newer GPU")
+    outcome = run_isolated("vllm", {}, small_workload(), tmp_path / "cache", timeout_s=120)
+    assert outcome.error_type == "engine_start"
+    reason = outcome.reason or ""
+    assert reason.startswith("vLLM failed to start: ValueError: fp8 KV cache needs a newer GPU")
+    assert "Engine core initialization failed" in reason  # the log tail follows
