@@ -225,3 +225,15 @@ def test_a_failed_start_names_its_root_cause_beyond_the_log_tail(
     reason = outcome.reason or ""
     assert reason.startswith("vLLM failed to start: ValueError: fp8 KV cache needs a newer GPU")
     assert "Engine core initialization failed" in reason  # the log tail follows
+
+
+def test_a_drain_limit_cuts_an_overloaded_server_short(fake_vllm: Path, tmp_path: Path) -> None:
+    # 1,000 tokens at ~1 ms each: every request outlasts a 0.3 s drain limit.
+    slow = small_workload().with_params(output_len={"dist": "fixed", "value": 1000},
+                                        drain_limit_s=0.3)
+    m = VllmTarget().run({}, slow, tmp_path / "cache")
+    assert m.metrics["cut_requests"] == 6 and m.metrics["failed_requests"] == 0
+    assert m.metrics["requests_per_s"] == 0 and m.metrics["output_tokens_per_s"] > 0
+    assert m.details["drain_limit_s"] == 0.3 and m.details["load_duration_s"] < 5
+    assert m.details["requests"]["cut"] == [True] * 6
+    assert "first_request_errors" not in m.details  # a cut is not an error of the server
