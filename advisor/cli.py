@@ -605,8 +605,12 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
             misses = ", ".join(f"{k} (off by {v:.1%})"
                                for k, v in rec.closest["conservative_slo_margins"].items()
                                if v > 0)
-            out.print(f"Closest: [{_compact(rec.closest['config'])}] misses {misses} "
+            out.print(f"Closest: {escape(_compact(rec.closest['config']))} misses {misses} "
                       "(conservative bound).")
+        if rec.measured_alternative is not None:
+            alt = rec.measured_alternative
+            out.print(f"Measured evidence: trial {alt['trial_id']} met this SLO at this workload "
+                      f"({escape(_compact(alt['config']))}); `--measured` answers from it.")
         out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
         if explain:
             _print_evidence(rec)

@@ -49,6 +49,8 @@ COVERAGE = 0.9
 #: Metrics never modelled: counters and bookkeeping, not performance.
 _SKIP_METRICS = frozenset({"failed_requests"})
 _FRACTION_EPS = 1e-4
+#: Below 9 calibration configs (90 % coverage) the largest residual ratio is multiplied by this.
+SMALL_SAMPLE_INFLATION = 2.0
 
 
 # -- contexts and workload features -----------------------------------------------------------
@@ -439,33 +441,42 @@ class IntervalRegressor:
         if self.family in ("forest", "linear-forest"):
             trees, in_bag = self._fit_forest(X, y, g)
             self.estimator_ = trees
-            self.scale_ = self._calibrate_oob(X, y, trees, in_bag)
+            self.scale_ = self._calibrate_oob(X, y, trees, in_bag, g)
         else:
             self.estimator_ = self._fit_raw(X, y)
             self.scale_ = self._calibrate(X, y, g)
         return self
 
     def _conformal(self, ratios: Sequence[float]) -> float:
-        """The finite-sample conformal quantile ceil((n + 1) * coverage) / n of ``ratios``."""
+        """The finite-sample conformal quantile ceil((n + 1) * coverage) / n of ``ratios``.
+
+        With fewer than ``coverage / (1 - coverage)`` ratios (9 for 90 %) no finite quantile
+        guarantees the coverage: the largest ratio is then doubled, so that a model fitted on a
+        handful of configs answers with wide intervals rather than false confidence.
+        """
         n = len(ratios)
-        if n < 3:
-            return 3.0  # too few residuals to calibrate: a wide, honest default
-        q = min(1.0, math.ceil((n + 1) * self.coverage) / n)
-        return float(np.quantile(np.asarray(ratios), q))
+        if n < 2:
+            return 3.0  # nothing to calibrate on: a wide, honest default
+        needed = math.ceil((n + 1) * self.coverage)
+        if needed > n:
+            return float(max(ratios)) * SMALL_SAMPLE_INFLATION
+        return float(np.quantile(np.asarray(ratios), needed / n))
 
     def _calibrate_oob(self, X: np.ndarray, y: np.ndarray, trees: list[Any],
-                       in_bag: np.ndarray) -> float:
-        """Normalised residuals of each row against the trees that never saw its config."""
+                       in_bag: np.ndarray, g: np.ndarray) -> float:
+        """Normalised residuals against the members that never saw a config, one per config
+        (its worst row): rows of one config are not independent evidence."""
         per_tree = np.stack([self._member_predict(m, X) for m in trees])
-        ratios: list[float] = []
+        worst: dict[str, float] = {}
         for i in range(len(y)):
             oob = ~in_bag[:, i]
             if oob.sum() < 3:
                 continue
             preds = per_tree[oob, i]
             spread = max(float(preds.std()), 1e-3)
-            ratios.append(abs(float(y[i]) - float(preds.mean())) / spread)
-        return self._conformal(ratios)
+            ratio = abs(float(y[i]) - float(preds.mean())) / spread
+            worst[str(g[i])] = max(worst.get(str(g[i]), 0.0), ratio)
+        return self._conformal(list(worst.values()))
 
     def _calibrate(self, X: np.ndarray, y: np.ndarray, g: np.ndarray) -> float:
         n_groups = len(set(g.tolist()))
@@ -474,12 +485,13 @@ class IntervalRegressor:
             return 3.0
         from sklearn.model_selection import GroupKFold
 
-        ratios: list[float] = []
+        worst: dict[str, float] = {}
         for train, test in GroupKFold(n_splits=folds).split(X, y, g):
             est = self._fit_raw(X[train], y[train])
             centre, spread = self._predict_raw(est, X[test])
-            ratios.extend((np.abs(y[test] - centre) / spread).tolist())
-        return self._conformal(ratios)
+            for gi, r in zip(g[test], np.abs(y[test] - centre) / spread, strict=True):
+                worst[str(gi)] = max(worst.get(str(gi), 0.0), float(r))
+        return self._conformal(list(worst.values()))
 
     def predict_interval(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(centre, low, high)`` in the space ``y`` was fitted in."""
