@@ -462,8 +462,12 @@ def trials_cmd(
     if status is not None and status not in TrialStatus.ALL:
         raise AdvisorError(f"unknown status {status!r}; choose one of {', '.join(TrialStatus.ALL)}")
     store = _store()
-    rows = store.list_trials(TrialFilter(target=target, study=study, status=status,
-                                         feasible=feasible, hardware_key=hardware))[-limit:]
+    matching = store.list_trials(TrialFilter(target=target, study=study, status=status,
+                                             feasible=feasible, hardware_key=hardware))
+    rows = matching[-limit:]
+    if len(rows) < len(matching):
+        err.print(f"showing the newest {len(rows)} of {len(matching)} matching trials; "
+                  f"--limit {len(matching)} shows them all")
     if as_json:
         out.print_json(data=[r.model_dump(mode="json") for r in rows])
         return
