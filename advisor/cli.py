@@ -763,7 +763,8 @@ def knowledge_import_cmd(
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
     table = Table(title=title)
-    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage"):
+    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage",
+              "noise floor (repeats)"):
         table.add_column(c)
     for r in rows:
         mape = r["mape"]
@@ -771,8 +772,10 @@ def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> 
         if mape is not None and goal is not None and _is_goal_metric(r["metric"]):
             text += " [green]ok[/green]" if mape <= goal else " [yellow]above goal[/yellow]"
         cov = r["interval_coverage"]
+        floor = r.get("noise_floor_mape")
         table.add_row(r["context"], r["metric"], str(r["n"]), str(r["configs"]), text,
-                      "-" if cov is None else f"{cov:.0%}")
+                      "-" if cov is None else f"{cov:.0%}",
+                      "-" if floor is None else f"{floor:.1%} (n={r['noise_floor_n']})")
     return table
 
 
