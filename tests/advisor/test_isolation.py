@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -34,15 +36,24 @@ def test_crash_is_a_failed_outcome_with_the_signal(tmp_path: Path) -> None:
 def test_hang_is_killed_at_the_timeout_with_its_process_group(tmp_path: Path) -> None:
     ticks = []
     start = time.monotonic()
+    mark = uuid.uuid4().hex  # tells this test's trial processes from other runs on the machine
     outcome = run_isolated("scripted", {**OK, "x": 0.92}, WL, tmp_path, timeout_s=2,
-                           on_tick=lambda: ticks.append(1), tick_s=0.2)
+                           on_tick=lambda: ticks.append(1), tick_s=0.2,
+                           env={"ADVISOR_TEST_MARK": mark})
     assert outcome.error_type == "timeout"
     assert "2 s timeout" in (outcome.reason or "")
     assert time.monotonic() - start < 20
     assert ticks  # the heartbeat hook ran while waiting
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if "objectives.runner" in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    assert _marked_processes(mark) == []
+
+
+def _marked_processes(mark: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("ADVISOR_TEST_MARK") == mark:
+                found.append(proc)
+    return found
 
 
 def test_rejected_config_carries_the_engine_reason(tmp_path: Path) -> None:
