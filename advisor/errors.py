@@ -13,6 +13,8 @@ __all__ = [
     "DataError",
     "EngineStartError",
     "EngineUnavailableError",
+    "JobError",
+    "NotFoundError",
     "SLOParseError",
     "SearchSpaceError",
     "StoreError",
@@ -69,3 +71,11 @@ class StoreError(AdvisorError):
 
 class StudyError(AdvisorError):
     """A study cannot be created, resumed or run as asked."""
+
+
+class NotFoundError(AdvisorError):
+    """A study, trial or job that was asked for by id does not exist."""
+
+
+class JobError(AdvisorError):
+    """A background job cannot be created or changed as asked (e.g. cancelling a finished job)."""
