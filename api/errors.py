@@ -63,7 +63,9 @@ def status_for(exc: e.AdvisorError) -> int:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Error")).lower() + "_error"
+    """``SLOParseError`` -> ``slo_parse_error`` (runs of capitals stay one word)."""
+    words = re.findall(r"[A-Z]+(?=[A-Z][a-z]|$)|[A-Z][a-z0-9]*", name.removesuffix("Error"))
+    return "_".join(w.lower() for w in words) + "_error"
 
 
 def error_response(status: int, type_: str, message: str, detail: Any = None,
