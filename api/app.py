@@ -12,6 +12,7 @@ from api.errors import install_error_handlers
 from api.knowledge import Knowledge
 from api.metrics import ApiMetrics
 from api.middleware import LimitsAndMetrics
+from api.routes import COMMON_ERRORS
 from api.routes import cheatsheet, health, jobs, recommendations, studies, targets, trials
 from knowledge import TrialStore
 from knowledge.jobs import JobStore
@@ -38,7 +39,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     except OSError as exc:
         raise AdvisorError(f"cannot read the API key file {settings.api_key_file}: "
                            f"{exc.strerror}") from None
-    app = FastAPI(title="slo-advisor", version=__version__, description=_DESCRIPTION)
+    app = FastAPI(title="slo-advisor", version=__version__, description=_DESCRIPTION,
+                  responses=COMMON_ERRORS)
     store = TrialStore(settings.db_url)
     app.state.settings = settings
     app.state.store = store
