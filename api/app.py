@@ -12,8 +12,16 @@ from api.errors import install_error_handlers
 from api.knowledge import Knowledge
 from api.metrics import ApiMetrics
 from api.middleware import LimitsAndMetrics
-from api.routes import COMMON_ERRORS
-from api.routes import cheatsheet, health, jobs, recommendations, studies, targets, trials
+from api.routes import (
+    COMMON_ERRORS,
+    cheatsheet,
+    health,
+    jobs,
+    recommendations,
+    studies,
+    targets,
+    trials,
+)
 from knowledge import TrialStore
 from knowledge.jobs import JobStore
 
