@@ -74,7 +74,8 @@ class StudyError(AdvisorError):
 
 
 class NotFoundError(AdvisorError):
-    """A study, trial or job that was asked for by id does not exist."""
+    """Something asked for does not exist: a study, trial or job by id, or knowledge (no
+    cheat-sheet row / knob for that context)."""
 
 
 class JobError(AdvisorError):

@@ -1,23 +1,43 @@
-"""First recommender: answer an SLO with the best *measured* feasible config in the store.
+"""Recommenders: SLO + target + hardware + model + workload -> a config.
 
-Feasibility is re-checked against the SLO asked now (not the SLO the trial's study used), so any
-trial ever measured can answer. Only measured figures are returned; the model-based recommender
-with predictions and intervals builds on this.
+Two paths. :func:`recommend` is model-based: it predicts every candidate config's metrics at the
+asked workload with the fitted surrogates (knowledge/surrogate.py) and returns the config that
+maximises the objective while the *conservative* end of every SLO metric's interval meets the SLO,
+with the nearest measured trials as evidence, a confidence verdict, and the launch command. Outside
+the data (other hardware, model, or a workload far from anything measured) it answers
+``not_covered`` with the ``advisor tune`` command that would fill the gap.
+
+:func:`recommend_measured` is the evidence path: the best *measured* trial meeting the SLO asked
+now (not the SLO its study used). Only measured figures, no predictions.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
+
+from advisor.errors import AdvisorError, SLOParseError, WorkloadError
 from advisor.objective import Objective
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
-from objectives import SLO
+from knowledge.cache import KnowledgeModels
+from knowledge.surrogate import (
+    ContextModels,
+    WorkloadPoint,
+    workload_distance,
+    workload_features,
+)
+from objectives import SLO, parse_slo
 from objectives.registry import get_target
-from objectives.workload import Workload
+from objectives.workload import Workload, canonical_json
+from search_spaces import SearchSpace
 
-__all__ = ["Recommendation", "recommend_measured"]
+__all__ = ["ModelRecommendation", "PredictedMetric", "Recommendation", "RecommendationQuery",
+           "recommend", "recommend_measured"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,455 @@ def _engine_default_for(trials: list[TrialRecord], best: TrialRecord | None
                  and t.workload_hash == best.workload_hash), None)
 
 
-def _tune_command(target: str, slo: SLO, objective: Objective) -> str:
-    return shlex.join(["advisor", "tune", "--target", target, "--slo", str(slo),
-                       "--objective", str(objective), "--trials", "40"])
+
+
+# -- the model-based recommender ---------------------------------------------------------------
+
+#: Workload distance (largest |log ratio| of a feature) under which a workload counts as measured.
+SAME_WORKLOAD = math.log(1.1)
+#: Beyond this distance from every measured workload, outside the measured range, the question
+#: is not covered: a factor 2 in arrival rate or corpus size changes which configs are feasible.
+FAR_WORKLOAD = math.log(2.0)
+#: Candidate configs evaluated per query (measured configs first, then one-knob variations).
+MAX_CANDIDATES = 1500
+#: Nearest measured trials returned as evidence.
+EVIDENCE_TRIALS = 5
+Status = Literal["recommended", "no_feasible_config", "not_covered"]
+Confidence = Literal["high", "medium", "low", "none"]
+
+
+@dataclass(frozen=True)
+class RecommendationQuery:
+    """One question: which config of ``target`` meets ``slo`` on ``hardware`` for ``model`` at
+    ``workload``?
+
+    ``hardware`` is a hardware key or part of one (``h200``, ``cpu-amd-epyc-2c``); None means any
+    measured hardware (the context with the most evidence is used, and named). ``workload`` holds
+    workload features: ``rate_rps``, ``prompt_len`` and ``output_len`` medians (tokens) for LLM
+    targets; ``n_vectors``, ``dim`` and ``k`` for faiss. Missing features are taken from the
+    nearest measured workload. ``objective`` defaults to the target's (e.g. ``maximize:qps``).
+    """
+
+    target: str
+    slo: str
+    hardware: str | None = None
+    model: str | None = None
+    workload: dict[str, Any] = field(default_factory=dict)
+    objective: str | None = None
+
+
+@dataclass(frozen=True)
+class PredictedMetric:
+    """A model prediction (never a measurement) with its 90 % interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "low": self.low, "high": self.high, "basis": "predicted"}
+
+
+@dataclass(frozen=True)
+class EvidenceTrial:
+    """A measured trial near the recommended config (in knob and workload space)."""
+
+    trial_id: int
+    study: str
+    config: dict[str, Any]
+    metrics: dict[str, float]
+    workload: str
+    workload_features: dict[str, float]
+    meets_slo: bool
+    same_config: bool
+    distance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial_id": self.trial_id, "study": self.study, "config": self.config,
+                "measured": self.metrics, "workload": self.workload,
+                "workload_features": self.workload_features, "meets_slo": self.meets_slo,
+                "same_config": self.same_config, "distance": round(self.distance, 4)}
+
+
+@dataclass(frozen=True)
+class ModelRecommendation:
+    """The model-based answer to a :class:`RecommendationQuery`.
+
+    ``status`` is ``recommended`` (``config`` set), ``no_feasible_config`` (the models cover the
+    question, but no candidate's conservative bound meets the SLO; ``closest`` is the nearest
+    miss) or ``not_covered`` (the store has no knowledge for this hardware / model / workload;
+    ``tune_command`` would produce it). ``predicted`` figures are model predictions with 90 %
+    intervals; ``evidence`` holds measured trials.
+    """
+
+    status: Status
+    target: str
+    slo: SLO
+    objective: Objective
+    confidence: Confidence
+    confidence_reason: str
+    tune_command: str | None
+    hardware_key: str | None = None
+    model: str | None = None
+    context: dict[str, Any] | None = None
+    workload: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    predicted: dict[str, PredictedMetric] = field(default_factory=dict)
+    conservative_margins: dict[str, float] = field(default_factory=dict)
+    evidence: tuple[EvidenceTrial, ...] = ()
+    launch_command: str | None = None
+    borrowed_workload: dict[str, Any] | None = None
+    model_quality: dict[str, dict[str, Any]] = field(default_factory=dict)
+    candidates_considered: int = 0
+    candidates_feasible: int = 0
+    closest: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        return self.status == "recommended"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "basis": "model", "target": self.target,
+            "slo": str(self.slo), "objective": str(self.objective),
+            "hardware_key": self.hardware_key, "model": self.model, "context": self.context,
+            "workload": self.workload, "config": self.config,
+            "predicted": {m: p.to_dict() for m, p in self.predicted.items()},
+            "predicted_note": "model predictions with 90% intervals, not measurements; "
+                              "'evidence' holds the measured trials",
+            "conservative_slo_margins": self.conservative_margins,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "launch_command": self.launch_command, "confidence": self.confidence,
+            "confidence_reason": self.confidence_reason,
+            "borrowed_workload": self.borrowed_workload, "tune_command": self.tune_command,
+            "model_quality": self.model_quality,
+            "candidates": {"considered": self.candidates_considered,
+                           "conservatively_feasible": self.candidates_feasible},
+            "closest": self.closest, "notes": list(self.notes),
+        }
+
+
+def _conservative_margins(slo: SLO, pred: Mapping[str, tuple[Any, Any, Any]], i: int
+                          ) -> dict[str, float]:
+    """Margin per bound at the interval end that is worse for the bound (``<=``: high)."""
+    out: dict[str, float] = {}
+    for b in slo.bounds:
+        _, lo, hi = pred[b.metric]
+        out[str(b)] = b.margin(float(hi[i] if b.op == "<=" else lo[i]))
+    return out
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    return canonical_json(dict(config))
+
+
+def _candidates(ctx: ContextModels, space: SearchSpace, seeds: list[dict[str, Any]],
+                limit: int) -> list[dict[str, Any]]:
+    """One-knob variations of ``seeds`` over the values measured in the context (the models are
+    only trusted near measured data, so no value outside what was measured is proposed)."""
+    values: dict[str, list[Any]] = {}
+    for config in ctx.configs:
+        for k, v in config.items():
+            if v not in values.setdefault(k, []):
+                values[k].append(v)
+    for k, vs in values.items():
+        if len(vs) > 8 and all(isinstance(v, int | float) and not isinstance(v, bool)
+                               for v in vs):
+            ordered = sorted(vs)
+            values[k] = [ordered[round(i * (len(ordered) - 1) / 7)] for i in range(8)]
+    out: dict[str, dict[str, Any]] = {}
+    for seed in seeds:
+        for k, vs in values.items():
+            if k not in seed:
+                continue
+            for v in vs:
+                if v == seed[k]:
+                    continue
+                candidate = {**seed, k: v}
+                key = _config_key(candidate)
+                if key in out:
+                    continue
+                try:
+                    space.validate_config(candidate)
+                except AdvisorError:
+                    continue
+                out[key] = candidate
+                if len(out) >= limit:
+                    return list(out.values())
+    return list(out.values())
+
+
+def _pick_context(models: KnowledgeModels, query: RecommendationQuery
+                  ) -> tuple[ContextModels | None, str, list[str]]:
+    """The context answering ``query``, or None with the reason it is not covered."""
+    notes: list[str] = []
+    contexts = models.for_target(query.target)
+    if not contexts:
+        return None, f"no fitted knowledge for target {query.target!r} yet", notes
+    if query.hardware:
+        on_hw = [c for c in contexts if query.hardware.lower() in c.key.hardware_key.lower()]
+        if not on_hw:
+            known = sorted({c.key.hardware_key for c in contexts})
+            return None, (f"no {query.target} trials on hardware {query.hardware!r} (measured: "
+                          f"{', '.join(known)}); performance does not transfer between "
+                          "machines"), notes
+        contexts = on_hw
+    if query.model:
+        for_model = [c for c in contexts if c.key.model == query.model]
+        if not for_model:
+            known = sorted({str(c.key.model) for c in contexts})
+            return None, (f"no {query.target} trials for model {query.model!r} on this "
+                          f"hardware (measured: {', '.join(known)})"), notes
+        contexts = for_model
+    best = max(contexts, key=lambda c: (c.n_trials, c.key.engine_version or ""))
+    if len(contexts) > 1:
+        notes.append(f"{len(contexts)} contexts match; answered from {best.key.label()} "
+                     f"({best.n_trials} trials, the most evidence)")
+    return best, "", notes
+
+
+def _resolve_workload(ctx: ContextModels, asked: Mapping[str, Any]
+                      ) -> tuple[dict[str, float], WorkloadPoint, float, bool, list[str]]:
+    """Query features completed from the nearest measured workload.
+
+    Returns (features, nearest measured workload, distance to it, inside the measured range,
+    notes)."""
+    notes: list[str] = []
+    given = workload_features(dict(asked)) if asked else {}
+    known = {f for w in ctx.workloads for f in w.features}
+    ignored = sorted(set(given) - known)
+    if ignored:
+        notes.append(f"workload features {', '.join(ignored)} were never varied in this "
+                     "context's trials and are ignored")
+    given = {f: v for f, v in given.items() if f in known}
+    nearest = min(ctx.workloads, key=lambda w: (workload_distance(given, w.features), -w.trials))
+    features = {**nearest.features, **given}
+    distance = workload_distance(features, nearest.features)
+    ranges = ctx.workload_ranges()
+    inside = all(ranges[f][0] * 0.999 <= v <= ranges[f][1] * 1.001
+                 for f, v in features.items() if f in ranges)
+    return features, nearest, distance, inside, notes
+
+
+def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[str, float],
+              slo: SLO, metrics: list[str], studies: Mapping[int, str]) -> list[EvidenceTrial]:
+    X = ctx.encoder.transform([*ctx.configs, config], [*ctx.features, dict(features)])
+    scale = np.nanstd(X[:-1], axis=0)
+    scale[~np.isfinite(scale) | (scale == 0)] = 1.0
+    diff = np.abs(X[:-1] - X[-1]) / scale
+    diff[np.isnan(diff)] = 3.0  # a knob set on one side only: as far as a 3-sigma difference
+    dist = np.sqrt((diff ** 2).mean(axis=1))
+    key = _config_key(config)
+    out: list[EvidenceTrial] = []
+    for i in np.argsort(dist, kind="stable")[:EVIDENCE_TRIALS]:
+        measured = ctx.measured[int(i)]
+        out.append(EvidenceTrial(
+            trial_id=ctx.trial_ids[int(i)], study=studies.get(ctx.trial_ids[int(i)], ""),
+            config=ctx.configs[int(i)],
+            metrics={m: measured[m] for m in metrics if m in measured},
+            workload=next((w.name for w in ctx.workloads
+                           if w.spec_hash == ctx.trial_workload[int(i)]), ""),
+            workload_features=ctx.features[int(i)], meets_slo=slo.is_met(measured),
+            same_config=_config_key(ctx.configs[int(i)]) == key, distance=float(dist[int(i)])))
+    return out
+
+
+def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | None = None,
+                  workload: str | None = None, features: Mapping[str, float] | None = None
+                  ) -> str:
+    args = ["advisor", "tune", "--target", target, "--slo", str(slo),
+            "--objective", str(objective)]
+    if model:
+        args += ["--model", model]
+    if workload:
+        args += ["--workload", workload]
+    features = features or {}
+    if "rate_rps" in features:
+        args += ["--workload-param",
+                 f"arrival={{process: poisson, rate_rps: {features['rate_rps']:g}}}"]
+    if "n_vectors" in features:
+        args += ["--workload-param", f"n_base={int(features['n_vectors'])}"]
+    if "dim" in features and features.get("dim") != 384:
+        args += ["--workload-param", f"dim={int(features['dim'])}"]
+    return shlex.join([*args, "--trials", "40"])
+
+
+def _quality(ctx: ContextModels, metrics: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for m in metrics:
+        mm = ctx.metrics.get(m)
+        if mm is not None and mm.score is not None:
+            out[m] = {"mape": mm.score.mape, "interval_coverage": mm.score.coverage,
+                      "n": mm.score.n}
+    return out
+
+
+def recommend(store: TrialStore, query: RecommendationQuery, *,
+              models: KnowledgeModels | None = None) -> ModelRecommendation:
+    """Answer ``query`` from the fitted models (fitted now from ``store`` when not given).
+
+    Never returns a config whose conservative bound (interval end on the wrong side) violates a
+    bound of the SLO. Raises :class:`UnknownTargetError` / :class:`SLOParseError` for bad input.
+    """
+    engine = get_target(query.target)
+    slo = parse_slo(query.slo)
+    slo.check_metrics(query.target, engine.reported_metrics())
+    objective = Objective.parse(query.objective or engine.default_objective)
+    if objective.metric not in engine.reported_metrics():
+        raise SLOParseError(f"target {query.target!r} does not report the objective metric "
+                            f"{objective.metric!r}")
+    if not isinstance(query.workload, Mapping):
+        raise WorkloadError("`workload` must be a mapping of workload features")
+    if models is None:
+        models = KnowledgeModels.fit(store, target=query.target, score=False)
+    needed = list(dict.fromkeys([objective.metric, *slo.metrics]))
+    asked = workload_features(dict(query.workload))
+    ctx, why, notes = _pick_context(models, query)
+
+    def uncovered(reason: str, **extra: Any) -> ModelRecommendation:
+        return ModelRecommendation(
+            status="not_covered", target=query.target, slo=slo, objective=objective,
+            confidence="none", confidence_reason=reason, hardware_key=query.hardware,
+            model=query.model, workload=asked, notes=tuple(notes),
+            tune_command=_tune_command(query.target, slo, objective, model=query.model,
+                                       features=asked) + (
+                f"  # run on {query.hardware}" if query.hardware else ""), **extra)
+
+    if ctx is None:
+        return uncovered(why)
+    missing = [m for m in needed if m not in ctx.metrics]
+    if missing:
+        return uncovered(f"{ctx.key.label()} has no model for {', '.join(missing)} (not measured "
+                         "in its trials)", context=ctx.key.to_dict())
+    features, nearest, distance, inside, wl_notes = _resolve_workload(ctx, query.workload)
+    notes.extend(wl_notes)
+    borrowed: dict[str, Any] | None = None
+    if distance > SAME_WORKLOAD:
+        borrowed = {**nearest.to_dict(), "distance": round(distance, 4),
+                    "factor": round(math.exp(distance), 3), "inside_measured_range": inside}
+    tune = _tune_command(query.target, slo, objective, model=ctx.key.model,
+                         workload=nearest.name or None, features=features)
+    if distance > FAR_WORKLOAD and not inside:
+        return uncovered(
+            f"the workload {features} is {math.exp(distance):.2f}x away from the nearest measured "
+            f"one ({nearest.name}, {nearest.features}) and outside the measured range "
+            f"{ctx.workload_ranges()}; predictions there would be extrapolation",
+            context=ctx.key.to_dict(), borrowed_workload=borrowed)
+
+    space = engine.space()
+    failed = {_config_key(c) for c in ctx.failed_configs}
+    measured = list({_config_key(c): c for c in ctx.configs}.values())
+    pred = ctx.predict(measured, features, needed)
+    order = _rank(pred, slo, objective, len(measured))
+    seeds = [measured[i] for i in order[:12]]
+    extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
+    configs = [c for c in [*measured, *extra] if _config_key(c) not in failed]
+    pred = ctx.predict(configs, features, needed)
+    feasible = [i for i in range(len(configs))
+                if all(m <= 0 for m in _conservative_margins(slo, pred, i).values())]
+    quality = _quality(ctx, needed)
+    base: dict[str, Any] = {"target": query.target, "slo": slo, "objective": objective,
+            "hardware_key": ctx.key.hardware_key, "model": ctx.key.model,
+            "context": {**ctx.key.to_dict(), "trials": ctx.n_trials, "family": ctx.family},
+            "workload": features, "borrowed_workload": borrowed, "model_quality": quality,
+            "candidates_considered": len(configs), "candidates_feasible": len(feasible),
+            "tune_command": tune}
+    studies = _study_names(store, ctx)
+    if not feasible:
+        violation = [sum(max(m, 0.0) for m in _conservative_margins(slo, pred, i).values())
+                     for i in range(len(configs))]
+        j = int(np.argmin(violation))
+        closest = {"config": configs[j],
+                   "predicted": {m: p.to_dict() for m, p in _predicted(pred, j).items()},
+                   "conservative_slo_margins": _conservative_margins(slo, pred, j)}
+        return ModelRecommendation(
+            status="no_feasible_config", confidence="none",
+            confidence_reason=f"none of {len(configs)} candidate configs has a 90% interval "
+                              "inside the SLO", closest=closest, notes=tuple(notes),
+            evidence=tuple(_evidence(ctx, configs[j], features, slo, needed, studies)), **base)
+    sign = 1.0 if objective.direction == "maximize" else -1.0
+    best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
+    config = configs[best]
+    evidence = _evidence(ctx, config, features, slo, needed, studies)
+    confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
+    workload_spec = _workload_for_launch(nearest, features)
+    try:
+        launch = engine.launch_command(config, Workload.from_spec(workload_spec))
+    except AdvisorError as exc:
+        launch, reason = None, f"{reason}; launch command unavailable: {exc}"
+    return ModelRecommendation(
+        status="recommended", confidence=confidence, confidence_reason=reason, config=config,
+        predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
+            slo, pred, best), evidence=tuple(evidence), launch_command=launch,
+        notes=tuple(notes), **base)
+
+
+def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objective, n: int
+          ) -> list[int]:
+    """Indices ordered best first: conservatively feasible by objective, then by violation."""
+    sign = 1.0 if objective.direction == "maximize" else -1.0
+
+    def key(i: int) -> tuple[float, float]:
+        violation = sum(max(m, 0.0) for m in _conservative_margins(slo, pred, i).values())
+        return (violation, -sign * float(pred[objective.metric][0][i]))
+
+    return sorted(range(n), key=key)
+
+
+def _predicted(pred: Mapping[str, tuple[Any, Any, Any]], i: int) -> dict[str, PredictedMetric]:
+    return {m: PredictedMetric(float(c[i]), float(lo[i]), float(hi[i]))
+            for m, (c, lo, hi) in pred.items()}
+
+
+def _study_names(store: TrialStore, ctx: ContextModels) -> dict[int, str]:
+    names = {s.id: s.name for s in store.list_studies(ctx.key.target)}
+    ids = set(ctx.trial_ids)
+    out: dict[int, str] = {}
+    for t in store.list_trials(TrialFilter(target=ctx.key.target, status=TrialStatus.COMPLETE,
+                                           hardware_key=ctx.key.hardware_key)):
+        if t.id in ids:
+            out[int(t.id or 0)] = names.get(t.study_id, "")
+    return out
+
+
+def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float]) -> dict[str, Any]:
+    """The nearest measured workload spec (its model, context length) for the launch command."""
+    spec = dict(nearest.spec)
+    params = dict(spec.get("params", {}))
+    if "dim" in features and "dim" in params:
+        params["dim"] = int(features["dim"])
+    spec["params"] = params
+    return spec
+
+
+def _confidence(ctx: ContextModels, evidence: list[EvidenceTrial],
+                quality: Mapping[str, Mapping[str, Any]], distance: float, inside: bool,
+                slo: SLO, metrics: list[str]) -> tuple[Confidence, str]:
+    """high: this config was measured at this workload, met the SLO every time, and the models
+    are accurate; medium: interpolation near measured data with decent models; low: the rest."""
+    same = [e for e in evidence if e.same_config
+            and workload_distance(e.workload_features, evidence[0].workload_features) <= 1e-9]
+    mapes = [q["mape"] for m, q in quality.items() if q.get("mape") is not None]
+    worst = max(mapes) if mapes else None
+    facts: list[str] = []
+    if same:
+        met = all(e.meets_slo for e in same)
+        facts.append(f"config measured {len(same)}x near this workload, "
+                     f"{'meeting' if met else 'not always meeting'} the SLO")
+    else:
+        facts.append("this exact config was not measured; predicted from "
+                     f"{ctx.n_trials} trials")
+    facts.append("workload measured" if distance <= SAME_WORKLOAD else
+                 f"workload borrowed from a measured one {math.exp(distance):.2f}x away"
+                 + ("" if inside else " (outside the measured range)"))
+    facts.append(f"worst cross-validated MAPE of {', '.join(metrics)}: "
+                 + (f"{worst:.1%}" if worst is not None else "unknown"))
+    reason = "; ".join(facts)
+    good_models = worst is not None and worst <= 0.15
+    if same and all(e.meets_slo for e in same) and distance <= SAME_WORKLOAD and good_models:
+        return "high", reason
+    if inside and (worst is not None and worst <= 0.3) and ctx.n_trials >= 15 and (
+            not same or all(e.meets_slo for e in same)):
+        return "medium", reason
+    return "low", reason

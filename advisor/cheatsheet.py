@@ -1,0 +1,283 @@
+"""The tuning cheat-sheet: per target × hardware × model × workload class, three SLO tiers
+(interactive, standard, throughput) with the recommended knob values, predicted metrics, knob
+importance, and rules of thumb fitted to the measured trials.
+
+Every row is a model-based recommendation (advisor/recommend.py) for the tier's SLO at a measured
+workload, so rows carry the same intervals, evidence and confidence as ``advisor recommend``.
+Renderers (Markdown, static HTML with inline SVG plots) live in knowledge/render.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.errors import NotFoundError
+from advisor.recommend import ModelRecommendation, RecommendationQuery, recommend
+from knowledge import TrialStore
+from knowledge.cache import KnowledgeModels
+from knowledge.rules import Rule, fit_rules, pareto_front
+from knowledge.surrogate import ContextModels, WorkloadPoint
+from objectives.metrics import metric_spec
+
+__all__ = ["TIERS", "CheatSheet", "CheatSheetRow", "Tier", "build_cheatsheet", "knob_value"]
+
+
+@dataclass(frozen=True)
+class Tier:
+    """An SLO tier: what "interactive" / "standard" / "throughput" means for a target family."""
+
+    name: str
+    slo: str
+    objective: str
+    description: str
+
+
+_LLM_TIERS = (
+    Tier("interactive", "ttft_p95_ms<=500,tpot_p95_ms<=25", "maximize:output_tokens_per_s",
+         "chat that feels instant: first token within 0.5 s, 40+ tokens/s per stream"),
+    Tier("standard", "ttft_p95_ms<=2000,tpot_p95_ms<=50", "maximize:output_tokens_per_s",
+         "interactive use with some queueing: first token within 2 s, 20+ tokens/s"),
+    Tier("throughput", "tpot_p95_ms<=100", "maximize:output_tokens_per_s",
+         "batch / offline: the most output tokens per second, streams may be slow"),
+)
+#: Tiers per target; a target not listed uses the LLM tiers.
+TIERS: dict[str, tuple[Tier, ...]] = {
+    "faiss": (
+        Tier("interactive", "recall_at_10>=0.95", "minimize:p95_latency_ms",
+             "online retrieval: lowest single-query p95 at recall@10 >= 0.95"),
+        Tier("standard", "recall_at_10>=0.95,p95_latency_ms<=1", "maximize:qps",
+             "most queries/s at recall@10 >= 0.95 with single-query p95 <= 1 ms"),
+        Tier("throughput", "recall_at_10>=0.9", "maximize:qps",
+             "bulk search: most queries/s at recall@10 >= 0.9"),
+    ),
+}
+
+
+def tiers_for(target: str) -> tuple[Tier, ...]:
+    return TIERS.get(target, _LLM_TIERS)
+
+
+@dataclass(frozen=True)
+class CheatSheetRow:
+    """One recommendation of the sheet: a tier at one measured workload of one context."""
+
+    target: str
+    hardware_key: str
+    model: str | None
+    engine_version: str | None
+    workload_class: str
+    workload: dict[str, float]
+    tier: Tier
+    recommendation: ModelRecommendation
+    importance: dict[str, float]
+    evidence_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {
+            "target": self.target, "hardware_key": self.hardware_key, "model": self.model,
+            "engine_version": self.engine_version, "workload_class": self.workload_class,
+            "workload": self.workload, "tier": self.tier.name, "slo": self.tier.slo,
+            "objective": self.tier.objective, "tier_description": self.tier.description,
+            "status": rec.status, "config": rec.config,
+            "predicted": {m: p.to_dict() for m, p in rec.predicted.items()},
+            "confidence": rec.confidence, "confidence_reason": rec.confidence_reason,
+            "launch_command": rec.launch_command, "knob_importance": self.importance,
+            "evidence_count": self.evidence_count,
+            "evidence_trial_ids": [e.trial_id for e in rec.evidence],
+            "tune_command": rec.tune_command,
+        }
+
+
+@dataclass(frozen=True)
+class ContextSection:
+    """Per context: its rows' shared facts, rules of thumb and Pareto plots' data."""
+
+    context: dict[str, Any]
+    label: str
+    trials: int
+    model_quality: dict[str, dict[str, Any]]
+    rules: list[Rule]
+    pareto: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"context": self.context, "label": self.label, "trials": self.trials,
+                "model_quality": self.model_quality,
+                "rules_of_thumb": [r.to_dict() for r in self.rules], "pareto": self.pareto}
+
+
+@dataclass(frozen=True)
+class CheatSheet:
+    """The whole sheet; ``to_dict`` is its JSON form, the renderers build on it."""
+
+    rows: tuple[CheatSheetRow, ...]
+    sections: tuple[ContextSection, ...]
+    filters: dict[str, Any] = field(default_factory=dict)
+    trials: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "slo-advisor-cheatsheet/1", "filters": self.filters,
+                "trials": self.trials,
+                "note": "knob values are model-based recommendations for each tier's SLO at a "
+                        "measured workload; predicted metrics are predictions with 90% "
+                        "intervals; rules of thumb are fitted to measured trials",
+                "rows": [r.to_dict() for r in self.rows],
+                "contexts": [s.to_dict() for s in self.sections]}
+
+    def to_markdown(self) -> str:
+        from knowledge.render import render_markdown
+
+        return render_markdown(self.to_dict())
+
+    def to_html(self) -> str:
+        from knowledge.render import render_html
+
+        return render_html(self.to_dict())
+
+
+def _class_name(w: WorkloadPoint) -> str:
+    f = w.features
+    if "rate_rps" in f:
+        extra = "".join(f", {k.split('_')[0]} {f[k]:g}" for k in ("prompt_len", "output_len")
+                        if k in f)
+        return f"{w.name} @ {f['rate_rps']:g} req/s{extra}"
+    if "n_vectors" in f:
+        return f"{w.name} (N={f['n_vectors']:g}, d={f.get('dim', 0):g})"
+    return w.name or w.spec_hash
+
+
+def _importance(ctx: ContextModels, config: Mapping[str, Any] | None,
+                workload: Mapping[str, float], metric: str) -> dict[str, float]:
+    """Share of the objective's predicted spread when each knob alone sweeps its measured
+    values around ``config`` (one-at-a-time sensitivity of the surrogate), summing to 1."""
+    if config is None or metric not in ctx.metrics:
+        return {}
+    from advisor.recommend import _candidates  # same variation rule as the recommender
+    from objectives.registry import get_target
+
+    space = get_target(ctx.key.target).space()
+    spreads: dict[str, float] = {}
+    variants = _candidates(ctx, space, [dict(config)], 400)
+    by_knob: dict[str, list[dict[str, Any]]] = {}
+    for v in variants:
+        changed = [k for k in v if v.get(k) != config.get(k)]
+        if len(changed) == 1:
+            by_knob.setdefault(changed[0], []).append(v)
+    for knob, configs in by_knob.items():
+        pred = ctx.predict([dict(config), *configs], workload, [metric])[metric][0]
+        logs = np.log(np.maximum(pred, 1e-12))
+        spreads[knob] = float(logs.max() - logs.min())
+    total = sum(spreads.values())
+    if total <= 0:
+        return {}
+    return {k: round(v / total, 4)
+            for k, v in sorted(spreads.items(), key=lambda kv: -kv[1])}
+
+
+def _pareto(ctx: ContextModels, w: WorkloadPoint, objective: str, latency: str
+            ) -> dict[str, Any]:
+    idx = [i for i, h in enumerate(ctx.trial_workload) if h == w.spec_hash
+           and objective in ctx.measured[i] and latency in ctx.measured[i]]
+    points = [(ctx.measured[i][latency], ctx.measured[i][objective]) for i in idx]
+    front = pareto_front(points, x_lower_better=True,
+                         y_higher_better=metric_spec(objective).better == "higher")
+    return {"workload_class": _class_name(w), "x": latency, "y": objective,
+            "points": [[float(x), float(y)] for x, y in points],
+            "front": [[float(points[i][0]), float(points[i][1])] for i in front],
+            "trial_ids": [ctx.trial_ids[i] for i in idx]}
+
+
+def build_cheatsheet(store: TrialStore, *, target: str | None = None,
+                     hardware: str | None = None, model: str | None = None,
+                     workload_class: str | None = None, tier: str | None = None,
+                     models: KnowledgeModels | None = None) -> CheatSheet:
+    """Build the sheet from the fitted models (fitted now when ``models`` is None).
+
+    Filters match like ``advisor trials``: ``hardware`` is part of a hardware key,
+    ``workload_class`` part of a class name (``chat``, ``150 req/s``, ``N=8000``).
+    """
+    if models is None:
+        models = KnowledgeModels.fit(store, target=target)
+    rows: list[CheatSheetRow] = []
+    sections: list[ContextSection] = []
+    for key, ctx in sorted(models.contexts.items()):
+        if target and key.target != target:
+            continue
+        if hardware and hardware.lower() not in key.hardware_key.lower():
+            continue
+        if model and key.model != model:
+            continue
+        tiers = [t for t in tiers_for(key.target) if tier is None or t.name == tier]
+        pareto_obj = "qps" if key.target == "faiss" else "output_tokens_per_s"
+        pareto_lat = "p95_latency_ms" if key.target == "faiss" else "ttft_p95_ms"
+        pareto: list[dict[str, Any]] = []
+        for w in ctx.workloads:
+            name = _class_name(w)
+            if workload_class and workload_class.lower() not in name.lower():
+                continue
+            pareto.append(_pareto(ctx, w, pareto_obj, pareto_lat))
+            for t in tiers:
+                rec = recommend(store, RecommendationQuery(
+                    target=key.target, slo=t.slo, objective=t.objective,
+                    hardware=key.hardware_key, model=key.model, workload=dict(w.features)),
+                    models=models)
+                obj_metric = t.objective.split(":", 1)[1]
+                rows.append(CheatSheetRow(
+                    target=key.target, hardware_key=key.hardware_key, model=key.model,
+                    engine_version=key.engine_version, workload_class=name,
+                    workload=dict(w.features), tier=t, recommendation=rec,
+                    importance=_importance(ctx, rec.config, w.features, obj_metric),
+                    evidence_count=sum(1 for h in ctx.trial_workload if h == w.spec_hash)))
+        if not pareto:
+            continue
+        quality = {m: mm.score.to_dict() for m, mm in ctx.metrics.items()
+                   if mm.score is not None}
+        trials = [{"config": c, "metrics": m, "features": f}
+                  for c, m, f in zip(ctx.configs, ctx.measured, ctx.features, strict=True)]
+        sections.append(ContextSection(key.to_dict(), key.label(), ctx.n_trials, quality,
+                                       fit_rules(key.target, trials), pareto))
+    filters = {"target": target, "hardware": hardware, "model": model,
+               "workload_class": workload_class, "tier": tier}
+    return CheatSheet(tuple(rows), tuple(sections), filters, models.data.trials)
+
+
+def knob_value(sheet: CheatSheet, knob: str, *, target: str, hardware: str | None = None,
+               model: str | None = None, workload_class: str | None = None,
+               tier: str = "standard") -> dict[str, Any]:
+    """One cheat-sheet value: the recommended ``knob`` for a tier, with its predicted metrics,
+    evidence count and context. Raises :class:`NotFoundError` when no row or no such knob."""
+    rows = [r for r in sheet.rows if r.target == target and r.tier.name == tier
+            and (hardware is None or hardware.lower() in r.hardware_key.lower())
+            and (model is None or r.model == model)
+            and (workload_class is None or workload_class.lower() in r.workload_class.lower())]
+    if not rows:
+        raise NotFoundError(
+            f"no cheat-sheet row for target={target!r}, hardware={hardware!r}, model={model!r}, "
+            f"workload_class={workload_class!r}, tier={tier!r}; rows exist for: "
+            + (", ".join(sorted({f'{r.target}/{r.hardware_key}/{r.model}/{r.workload_class}'
+                                 for r in sheet.rows})) or "nothing (no fitted knowledge)"))
+    answered = [r for r in rows if r.recommendation.config is not None]
+    if not answered:
+        raise NotFoundError(f"no config meets the {tier} tier's SLO ({rows[0].tier.slo}) for "
+                            f"{rows[0].workload_class}: {rows[0].recommendation.status}")
+    row = max(answered, key=lambda r: r.evidence_count)
+    config = row.recommendation.config or {}
+    if knob not in config:
+        raise NotFoundError(f"knob {knob!r} is not set by the {tier} recommendation for "
+                            f"{row.workload_class} (its config: {config})")
+    return {
+        "knob": knob, "value": config[knob], "tier": tier, "slo": row.tier.slo,
+        "objective": row.tier.objective, "target": row.target,
+        "hardware_key": row.hardware_key, "model": row.model,
+        "engine_version": row.engine_version, "workload_class": row.workload_class,
+        "config": config,
+        "predicted": {m: p.to_dict() for m, p in row.recommendation.predicted.items()},
+        "importance": row.importance.get(knob), "evidence_count": row.evidence_count,
+        "confidence": row.recommendation.confidence, "matching_rows": len(rows),
+    }
+
+

@@ -1,0 +1,158 @@
+"""Fitted surrogate models for a whole store, their freshness key, and their on-disk cache.
+
+A long-running server holds one :class:`ModelCache` and calls :meth:`ModelCache.get` per request:
+that costs one aggregate query (count and newest id of measured trials) and refits only when the
+store has changed. ``advisor knowledge fit`` writes the fitted set (with its cross-validated
+scores) to the cache directory, so a later ``advisor recommend`` only loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import select
+
+from advisor.errors import StoreError
+from knowledge.models import TrialRecord, TrialStatus
+from knowledge.store import TrialFilter, TrialStore
+from knowledge.surrogate import ContextKey, ContextModels, context_of, fit_context
+
+__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "data_key"]
+
+log = logging.getLogger(__name__)
+CACHE_FORMAT = 1
+#: A context needs at least this many measured trials to get models.
+MIN_TRIALS = 4
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """What the models were fitted on: measured-trial count and the newest trial id."""
+
+    trials: int
+    newest_id: int
+
+
+def data_key(store: TrialStore) -> DataKey:
+    """The store's current :class:`DataKey` (one aggregate query)."""
+    with store.session() as s:
+        row = s.exec(select(func.count(), func.max(TrialRecord.id)).where(
+            TrialRecord.status != TrialStatus.RUNNING)).one()
+    return DataKey(int(row[0] or 0), int(row[1] or 0))
+
+
+@dataclass
+class KnowledgeModels:
+    """Every context's fitted models; the type ``recommend(..., models=...)`` takes."""
+
+    data: DataKey
+    family: str
+    contexts: dict[ContextKey, ContextModels] = field(default_factory=dict)
+    fitted_at: float = field(default_factory=time.time)
+    fit_seconds: float = 0.0
+
+    @classmethod
+    def fit(cls, store: TrialStore, *, family: str = "forest", score: bool = True,
+            target: str | None = None) -> KnowledgeModels:
+        """Fit models for every context of ``store`` (of ``target`` only, when given)."""
+        started = time.perf_counter()
+        key = data_key(store)
+        trials = store.list_trials(TrialFilter(target=target))
+        grouped: dict[ContextKey, list[TrialRecord]] = {}
+        failed: dict[ContextKey, list[TrialRecord]] = {}
+        for t in trials:
+            if t.status == TrialStatus.COMPLETE and t.metrics:
+                grouped.setdefault(context_of(t), []).append(t)
+            elif t.status == TrialStatus.FAILED:
+                failed.setdefault(context_of(t), []).append(t)
+        contexts: dict[ContextKey, ContextModels] = {}
+        for ctx, rows in sorted(grouped.items()):
+            if len(rows) < MIN_TRIALS:
+                log.info("context %s: %d trials, too few to fit", ctx.label(), len(rows))
+                continue
+            contexts[ctx] = fit_context(ctx, rows, family=family, score=score,
+                                        failed=failed.get(ctx, []))
+        return cls(key, family, contexts, fit_seconds=time.perf_counter() - started)
+
+    def for_target(self, target: str) -> list[ContextModels]:
+        return [c for k, c in sorted(self.contexts.items()) if k.target == target]
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as f:
+            pickle.dump({"format": CACHE_FORMAT, "models": self}, f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> KnowledgeModels | None:
+        """The models saved at ``path``, or None when absent or written by another format."""
+        try:
+            with path.open("rb") as f:
+                payload: dict[str, Any] = pickle.load(f)  # our own cache file, never user input
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None
+        if payload.get("format") != CACHE_FORMAT or not isinstance(payload.get("models"), cls):
+            return None
+        models: KnowledgeModels = payload["models"]
+        return models
+
+
+def cache_path(cache_dir: Path, db_url: str, family: str = "forest") -> Path:
+    """Where the models of the store at ``db_url`` are cached (one file per store and family)."""
+    digest = hashlib.sha256(db_url.encode()).hexdigest()[:12]
+    return Path(cache_dir) / "knowledge" / f"models-{digest}-{family}.pkl"
+
+
+class ModelCache:
+    """Fitted models for one store, in memory and on disk, refitted when the store changes.
+
+    Thread-safe: concurrent requests share one fit.
+    """
+
+    def __init__(self, store: TrialStore, cache_dir: Path | None = None, *,
+                 family: str = "forest") -> None:
+        self.store, self.family = store, family
+        self.path = cache_path(cache_dir, store.url, family) if cache_dir is not None else None
+        self._models: KnowledgeModels | None = None
+        self._lock = threading.Lock()
+
+    def get(self, *, refit: bool = True) -> KnowledgeModels:
+        """Current models: from memory, else from disk, else fitted now (and saved).
+
+        With ``refit=False`` stale models are returned as they are (the caller reports their
+        age); absent models are still fitted.
+        """
+        with self._lock:
+            current = data_key(self.store)
+            if self._models is None and self.path is not None:
+                self._models = KnowledgeModels.load(self.path)
+            if self._models is not None and (self._models.data == current or not refit):
+                return self._models
+            return self._refit_locked()
+
+    def refit(self) -> KnowledgeModels:
+        with self._lock:
+            return self._refit_locked()
+
+    def _refit_locked(self) -> KnowledgeModels:
+        try:
+            models = KnowledgeModels.fit(self.store, family=self.family)
+        except StoreError:
+            raise
+        self._models = models
+        if self.path is not None:
+            try:
+                models.save(self.path)
+            except OSError as exc:
+                log.warning("cannot write the model cache %s: %s", self.path, exc)
+        return models

@@ -1,0 +1,595 @@
+"""Surrogate models: per context (target, hardware, model shape, engine version), one regressor
+per metric from knobs plus workload features, with a calibrated prediction interval.
+
+Latency, throughput and sizes are fitted in log space and fractions (recall) in logit space, so
+errors are relative and predictions stay positive / inside [0, 1]. Intervals are calibrated on
+out-of-fold residuals (normalised conformal prediction), so a nominal 90 % interval covers about
+90 % of held-out trials even when the raw ensemble spread is over- or under-confident.
+
+This module never imports an engine or optuna: it sees trials only as stored records.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from knowledge.models import TrialRecord
+
+__all__ = [
+    "FAMILIES",
+    "ContextKey",
+    "ContextModels",
+    "FeatureEncoder",
+    "IntervalRegressor",
+    "MetricModel",
+    "MetricScore",
+    "WorkloadPoint",
+    "context_of",
+    "cross_validate",
+    "fit_context",
+    "metric_transform",
+    "workload_features",
+]
+
+#: Surrogate families that :class:`IntervalRegressor` implements (benchmarks/surrogates.py
+#: compares them; ``forest`` won on the shipped data and is the default).
+FAMILIES = ("forest", "hgb-quantile", "gp")
+#: Nominal coverage of every prediction interval.
+COVERAGE = 0.9
+#: Metrics never modelled: counters and bookkeeping, not performance.
+_SKIP_METRICS = frozenset({"failed_requests"})
+_FRACTION_EPS = 1e-4
+
+
+# -- contexts and workload features -----------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class ContextKey:
+    """What a model is fitted per: knowledge never transfers silently across these."""
+
+    target: str
+    hardware_key: str
+    model: str | None
+    engine_version: str | None
+
+    def label(self) -> str:
+        parts = [self.target, self.hardware_key]
+        if self.model:
+            parts.append(self.model)
+        if self.engine_version:
+            parts.append(self.engine_version)
+        return " / ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "hardware_key": self.hardware_key, "model": self.model,
+                "engine_version": self.engine_version}
+
+
+def _minor(version: str | None) -> str | None:
+    """``0.26.0`` -> ``0.26``: patch releases do not change serving behaviour enough to split."""
+    if not version:
+        return None
+    parts = str(version).split(".")
+    return ".".join(parts[:2])
+
+
+def context_of(trial: TrialRecord) -> ContextKey:
+    """The context a trial's measurements belong to."""
+    params = trial.workload_spec.get("params", {}) or {}
+    model = params.get("model")
+    engine = trial.engine_versions.get(trial.target) or trial.engine_versions.get(
+        trial.target.replace("-", "_"))
+    if engine is None and trial.target == "tensorrt-llm":
+        engine = trial.engine_versions.get("tensorrt_llm")
+    return ContextKey(trial.target, trial.hardware_key, str(model) if model else None,
+                      _minor(engine))
+
+
+def _median_of(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        for key in ("median", "value", "mean"):
+            if isinstance(value.get(key), int | float):
+                return float(value[key])
+    return None
+
+
+def workload_features(spec: Mapping[str, Any]) -> dict[str, float]:
+    """Numeric workload features of a stored workload spec (or of a query's plain mapping).
+
+    Names are the public vocabulary of queries: ``rate_rps``, ``prompt_len``, ``output_len``
+    (medians, tokens) for LLM serving; ``n_vectors``, ``dim``, ``k`` for vector search.
+    """
+    params: Mapping[str, Any] = spec.get("params", spec) or {}
+    out: dict[str, float] = {}
+    arrival = params.get("arrival")
+    rate = arrival.get("rate_rps") if isinstance(arrival, Mapping) else params.get("rate_rps")
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        out["rate_rps"] = float(rate)
+    for name in ("prompt_len", "output_len"):
+        if (v := _median_of(params.get(name))) is not None:
+            out[name] = v
+    n_vectors = params.get("n_vectors", params.get("n_base"))
+    if isinstance(n_vectors, int | float) and not isinstance(n_vectors, bool):
+        out["n_vectors"] = float(n_vectors)
+    if isinstance(params.get("dim"), int | float):
+        out["dim"] = float(params["dim"])
+    elif "n_vectors" in out and params.get("dataset", "stdlib-docs") == "stdlib-docs":
+        out["dim"] = 384.0  # the MiniLM embedder of the stdlib corpus; not a stored parameter
+    if isinstance(params.get("k"), int | float) and not isinstance(params.get("k"), bool):
+        out["k"] = float(params["k"])
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadPoint:
+    """One measured workload of a context: its features and how many trials saw it."""
+
+    name: str
+    spec_hash: str
+    spec: dict[str, Any]
+    features: dict[str, float]
+    trials: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "spec_hash": self.spec_hash, "features": self.features,
+                "trials": self.trials}
+
+
+def workload_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Largest |log ratio| over the features both have: 0 = same, log(2) = a factor 2 apart."""
+    shared = [f for f in a if f in b and a[f] > 0 and b[f] > 0]
+    if not shared:
+        return 0.0
+    return max(abs(math.log(a[f] / b[f])) for f in shared)
+
+
+# -- metric transforms --------------------------------------------------------------------------
+
+
+def metric_transform(metric: str, values: Sequence[float] | np.ndarray) -> str:
+    """``logit`` for fractions, ``log`` for positive figures, ``identity`` otherwise."""
+    arr = np.asarray(values, dtype=float)
+    if metric.startswith("recall_at_") or metric.endswith("_fraction"):
+        return "logit"
+    if arr.size and np.all(arr > 0):
+        return "log"
+    return "identity"
+
+
+def _forward(kind: str, y: np.ndarray) -> np.ndarray:
+    if kind == "log":
+        return np.log(y)
+    if kind == "logit":
+        p = np.clip(y, _FRACTION_EPS, 1 - _FRACTION_EPS)
+        return np.log(p / (1 - p))
+    return y
+
+
+def _inverse(kind: str, z: np.ndarray) -> np.ndarray:
+    if kind == "log":
+        return np.exp(np.clip(z, -50, 50))
+    if kind == "logit":
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+    return z
+
+
+# -- features -------------------------------------------------------------------------------------
+
+
+class FeatureEncoder:
+    """Knob configs plus workload features -> a float matrix, learnt from the data alone.
+
+    Numbers become log(value) when every seen value is positive (knob effects are multiplicative:
+    doubling nprobe, halving block size), booleans 0/1, strings one-hot; a knob that does not apply
+    to a config (``nprobe`` of an HNSW index) is NaN, which tree models route on their own.
+    """
+
+    def __init__(self) -> None:
+        self.columns_: list[str] = []
+        self.kinds_: dict[str, str] = {}
+        self.categories_: dict[str, list[str]] = {}
+
+    def fit(self, configs: Sequence[Mapping[str, Any]],
+            workloads: Sequence[Mapping[str, float]]) -> FeatureEncoder:
+        values: dict[str, list[Any]] = {}
+        for row in [*configs, *workloads]:
+            for k, v in row.items():
+                values.setdefault(k, []).append(v)
+        self.columns_, self.kinds_, self.categories_ = [], {}, {}
+        for name in sorted(values):
+            seen = [v for v in values[name] if v is not None]
+            if all(isinstance(v, bool) for v in seen):
+                self.kinds_[name] = "bool"
+                self.columns_.append(name)
+            elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in seen):
+                positive = all(float(v) > 0 for v in seen)
+                self.kinds_[name] = "log" if positive else "num"
+                self.columns_.append(name)
+            else:
+                self.kinds_[name] = "cat"
+                cats = sorted({str(v) for v in seen})
+                self.categories_[name] = cats
+                self.columns_.extend(f"{name}={c}" for c in cats)
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """Knob / workload-feature names (before one-hot expansion)."""
+        return list(self.kinds_)
+
+    def transform(self, configs: Sequence[Mapping[str, Any]],
+                  workloads: Sequence[Mapping[str, float]]) -> np.ndarray:
+        out = np.full((len(configs), len(self.columns_)), np.nan)
+        index = {c: i for i, c in enumerate(self.columns_)}
+        for r, (config, wl) in enumerate(zip(configs, workloads, strict=True)):
+            row = {**config, **wl}
+            for name, kind in self.kinds_.items():
+                v = row.get(name)
+                if kind == "cat":
+                    if v is None:
+                        continue  # inactive: all its one-hot columns stay NaN
+                    for c in self.categories_[name]:
+                        out[r, index[f"{name}={c}"]] = 1.0 if str(v) == c else 0.0
+                elif v is None or isinstance(v, str):
+                    continue
+                elif kind == "bool":
+                    out[r, index[name]] = float(bool(v))
+                elif kind == "log":
+                    out[r, index[name]] = math.log(max(float(v), 1e-12))
+                else:
+                    out[r, index[name]] = float(v)
+        return out
+
+
+# -- the regressor ----------------------------------------------------------------------------
+
+
+def _impute(X: np.ndarray) -> np.ndarray:
+    """NaN -> a sentinel below every seen value (for estimators without native NaN support)."""
+    return np.where(np.isnan(X), -10.0, X)
+
+
+class IntervalRegressor:
+    """A point prediction plus a calibrated ``coverage`` interval, in sklearn's estimator shape.
+
+    ``family``:
+
+    - ``forest``: a bootstrap ensemble of ``n_trees`` regression trees, each fitted on a
+      bootstrap sample of *configs* (a config's repeated measurements are drawn together) with
+      random feature subsets; the spread of the trees' predictions is the raw uncertainty, and
+      calibration uses each row's out-of-bag trees (no refits).
+    - ``hgb-quantile``: gradient boosting with quantile loss at 5 %, 50 % and 95 %.
+    - ``gp``: a Gaussian process (Matern 5/2 + white noise) on standardised features.
+
+    In every family the raw half-width is multiplied by a factor chosen on out-of-sample residuals
+    (out-of-bag for ``forest``; ``calibration_folds`` grouped folds otherwise) so that
+    ``coverage`` of those residuals fall inside the interval: normalised conformal calibration.
+    """
+
+    def __init__(self, *, family: str = "forest", coverage: float = COVERAGE,
+                 calibration_folds: int = 3, n_trees: int = 48, random_state: int = 0) -> None:
+        if family not in FAMILIES:
+            raise ValueError(f"`family` must be one of {FAMILIES}, got {family!r}")
+        self.family = family
+        self.n_trees = n_trees
+        self.coverage = coverage
+        self.calibration_folds = calibration_folds
+        self.random_state = random_state
+
+    def _make(self) -> Any:
+        if self.family == "hgb-quantile":
+            from sklearn.ensemble import HistGradientBoostingRegressor
+
+            return [HistGradientBoostingRegressor(loss="quantile", quantile=q, max_iter=100,
+                                                  learning_rate=0.1, min_samples_leaf=3,
+                                                  random_state=self.random_state)
+                    for q in (0.05, 0.5, 0.95)]
+        if self.family == "gp":
+            from sklearn.gaussian_process import GaussianProcessRegressor
+            from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+            from sklearn.pipeline import make_pipeline
+            from sklearn.preprocessing import StandardScaler
+
+            kernel = ConstantKernel(1.0) * Matern(nu=2.5) + WhiteKernel(0.05)
+            return make_pipeline(StandardScaler(), GaussianProcessRegressor(
+                kernel=kernel, normalize_y=True, random_state=self.random_state))
+        raise ValueError(f"`family` must be one of {FAMILIES}, got {self.family!r}")
+
+    def _fit_forest(self, X: np.ndarray, y: np.ndarray, g: np.ndarray
+                    ) -> tuple[list[Any], np.ndarray]:
+        """Trees on bootstrap samples of *groups* (configs), so a config's repeats are in or out
+        together; returns the trees and each row's out-of-bag mask per tree."""
+        from sklearn.tree import DecisionTreeRegressor
+
+        rng = np.random.default_rng(self.random_state)
+        uniq, inverse = np.unique(g, return_inverse=True)
+        trees, in_bag = [], np.zeros((self.n_trees, len(y)), dtype=bool)
+        for b in range(self.n_trees):
+            counts = np.bincount(rng.integers(0, len(uniq), len(uniq)), minlength=len(uniq))
+            weight = counts[inverse].astype(float)
+            tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
+                                         random_state=int(rng.integers(2**31)))
+            rows = weight > 0
+            tree.fit(X[rows], y[rows], sample_weight=weight[rows])
+            trees.append(tree)
+            in_bag[b] = rows
+        return trees, in_bag
+
+    def _fit_raw(self, X: np.ndarray, y: np.ndarray) -> Any:
+        est = self._make()
+        if self.family == "hgb-quantile":
+            for e in est:
+                e.fit(X, y)
+        else:
+            est.fit(_impute(X), y)
+        return est
+
+    def _predict_raw(self, est: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(centre, raw half-width > 0)."""
+        if self.family == "forest":
+            per_tree = np.stack([t.predict(X) for t in est])
+            centre = per_tree.mean(axis=0)
+            spread = per_tree.std(axis=0)
+        elif self.family == "hgb-quantile":
+            lo, mid, hi = (e.predict(X) for e in est)
+            centre, spread = mid, np.abs(hi - lo) / 2
+        else:
+            centre, spread = est.predict(_impute(X), return_std=True)
+        return centre, np.maximum(spread, 1e-3)
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: Sequence[Any] | np.ndarray | None = None
+            ) -> IntervalRegressor:
+        X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+        if X.shape[0] != y.shape[0] or X.shape[0] < 2:
+            raise ValueError(f"need >= 2 rows with matching X and y, got {X.shape}, {y.shape}")
+        g = np.asarray(groups if groups is not None else np.arange(len(y))).astype(str)
+        self.n_samples_ = X.shape[0]
+        if self.family == "forest":
+            trees, in_bag = self._fit_forest(X, y, g)
+            self.estimator_ = trees
+            self.scale_ = self._calibrate_oob(X, y, trees, in_bag)
+        else:
+            self.estimator_ = self._fit_raw(X, y)
+            self.scale_ = self._calibrate(X, y, g)
+        return self
+
+    def _conformal(self, ratios: Sequence[float]) -> float:
+        """The finite-sample conformal quantile ceil((n + 1) * coverage) / n of ``ratios``."""
+        n = len(ratios)
+        if n < 3:
+            return 3.0  # too few residuals to calibrate: a wide, honest default
+        q = min(1.0, math.ceil((n + 1) * self.coverage) / n)
+        return float(np.quantile(np.asarray(ratios), q))
+
+    def _calibrate_oob(self, X: np.ndarray, y: np.ndarray, trees: list[Any],
+                       in_bag: np.ndarray) -> float:
+        """Normalised residuals of each row against the trees that never saw its config."""
+        per_tree = np.stack([t.predict(X) for t in trees])
+        ratios: list[float] = []
+        for i in range(len(y)):
+            oob = ~in_bag[:, i]
+            if oob.sum() < 3:
+                continue
+            preds = per_tree[oob, i]
+            spread = max(float(preds.std()), 1e-3)
+            ratios.append(abs(float(y[i]) - float(preds.mean())) / spread)
+        return self._conformal(ratios)
+
+    def _calibrate(self, X: np.ndarray, y: np.ndarray, g: np.ndarray) -> float:
+        n_groups = len(set(g.tolist()))
+        folds = min(self.calibration_folds, n_groups)
+        if folds < 2:
+            return 3.0
+        from sklearn.model_selection import GroupKFold
+
+        ratios: list[float] = []
+        for train, test in GroupKFold(n_splits=folds).split(X, y, g):
+            est = self._fit_raw(X[train], y[train])
+            centre, spread = self._predict_raw(est, X[test])
+            ratios.extend((np.abs(y[test] - centre) / spread).tolist())
+        return self._conformal(ratios)
+
+    def predict_interval(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(centre, low, high)`` in the space ``y`` was fitted in."""
+        if not hasattr(self, "estimator_"):
+            raise RuntimeError("IntervalRegressor is not fitted; call fit() first")
+        centre, spread = self._predict_raw(self.estimator_, np.asarray(X, dtype=float))
+        half = self.scale_ * spread
+        return centre, centre - half, centre + half
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.predict_interval(X)[0]
+
+
+# -- per-context model sets ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricScore:
+    """Held-out quality of one metric's model: grouped K-fold over distinct configs."""
+
+    metric: str
+    n: int
+    n_groups: int
+    mape: float | None
+    coverage: float | None
+    folds: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "n": self.n, "configs": self.n_groups,
+                "mape": self.mape, "interval_coverage": self.coverage, "folds": self.folds}
+
+
+@dataclass
+class MetricModel:
+    """One metric's fitted regressor with its transform and its cross-validated score."""
+
+    metric: str
+    transform: str
+    regressor: IntervalRegressor
+    score: MetricScore | None = None
+
+
+@dataclass
+class ContextModels:
+    """Everything fitted for one context: encoder, per-metric models, the evidence it saw."""
+
+    key: ContextKey
+    family: str
+    encoder: FeatureEncoder
+    metrics: dict[str, MetricModel]
+    trial_ids: list[int]
+    configs: list[dict[str, Any]]
+    features: list[dict[str, float]]
+    measured: list[dict[str, float]]
+    workloads: list[WorkloadPoint]
+    trial_workload: list[str]  # spec hash per trial
+    fit_seconds: float = 0.0
+    failed_configs: list[dict[str, Any]] = field(default_factory=list)
+
+    def predict(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
+                metrics: Iterable[str] | None = None
+                ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per metric, (value, low, high) arrays on the metric's own scale, one entry per config."""
+        X = self.encoder.transform(list(configs), [workload] * len(configs))
+        out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for name in metrics if metrics is not None else self.metrics:
+            mm = self.metrics.get(name)
+            if mm is None:
+                continue
+            c, lo, hi = mm.regressor.predict_interval(X)
+            out[name] = (_inverse(mm.transform, c), _inverse(mm.transform, lo),
+                         _inverse(mm.transform, hi))
+        return out
+
+    @property
+    def n_trials(self) -> int:
+        return len(self.trial_ids)
+
+    def workload_ranges(self) -> dict[str, tuple[float, float]]:
+        ranges: dict[str, tuple[float, float]] = {}
+        for w in self.workloads:
+            for f, v in w.features.items():
+                lo, hi = ranges.get(f, (v, v))
+                ranges[f] = (min(lo, v), max(hi, v))
+        return ranges
+
+
+def _usable(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+    return [t for t in trials if t.status == "complete" and t.metrics]
+
+
+def _metric_names(trials: Sequence[TrialRecord], min_share: float = 0.8) -> list[str]:
+    counts: dict[str, int] = {}
+    for t in trials:
+        for m, v in t.metrics.items():
+            if m not in _SKIP_METRICS and isinstance(v, int | float) and math.isfinite(v):
+                counts[m] = counts.get(m, 0) + 1
+    # p90s sit between the modelled p50/p95/p99 and are never asked for more than those.
+    return sorted(m for m, c in counts.items() if c >= max(2, min_share * len(trials))
+                  and "_p90" not in m)
+
+
+def _workload_points(trials: Sequence[TrialRecord]) -> list[WorkloadPoint]:
+    seen: dict[str, WorkloadPoint] = {}
+    for t in trials:
+        w = seen.get(t.workload_hash)
+        if w is None:
+            seen[t.workload_hash] = WorkloadPoint(
+                str(t.workload_spec.get("name", "")), t.workload_hash, dict(t.workload_spec),
+                workload_features(t.workload_spec), 1)
+        else:
+            seen[t.workload_hash] = WorkloadPoint(w.name, w.spec_hash, w.spec, w.features,
+                                                  w.trials + 1)
+    return sorted(seen.values(), key=lambda w: (-w.trials, w.spec_hash))
+
+
+def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rows = [t for t in trials if isinstance(t.metrics.get(metric), int | float)
+            and math.isfinite(t.metrics[metric])]
+    X = encoder.transform([t.config for t in rows],
+                          [workload_features(t.workload_spec) for t in rows])
+    y = np.asarray([float(t.metrics[metric]) for t in rows])
+    groups = np.asarray([t.config_hash for t in rows])
+    idx = np.asarray([i for i, t in enumerate(trials) if t in rows])
+    return X, y, groups, idx
+
+
+def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "forest",
+                score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = ()
+                ) -> ContextModels:
+    """Fit one model per metric on the complete trials of one context.
+
+    With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
+    each :class:`MetricModel` carries its :class:`MetricScore`.
+    """
+    started = time.perf_counter()
+    usable = _usable(trials)
+    if len(usable) < 2:
+        raise ValueError(f"context {key.label()} has {len(usable)} measured trials; need >= 2")
+    wl = [workload_features(t.workload_spec) for t in usable]
+    encoder = FeatureEncoder().fit([t.config for t in usable], wl)
+    scores = cross_validate(key, usable, family=family, folds=folds) if score else {}
+    models: dict[str, MetricModel] = {}
+    for metric in _metric_names(usable):
+        X, y, groups, _ = _xy(usable, encoder, metric)
+        kind = metric_transform(metric, y)
+        reg = IntervalRegressor(family=family).fit(X, _forward(kind, y), groups)
+        models[metric] = MetricModel(metric, kind, reg, scores.get(metric))
+    return ContextModels(
+        key=key, family=family, encoder=encoder, metrics=models,
+        trial_ids=[int(t.id or 0) for t in usable], configs=[dict(t.config) for t in usable],
+        features=wl, measured=[{k: float(v) for k, v in t.metrics.items()
+                                if isinstance(v, int | float)} for t in usable],
+        workloads=_workload_points(usable), trial_workload=[t.workload_hash for t in usable],
+        fit_seconds=time.perf_counter() - started,
+        failed_configs=[dict(t.config) for t in failed])
+
+
+def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "forest",
+                   folds: int = 5, metrics: Iterable[str] | None = None
+                   ) -> dict[str, MetricScore]:
+    """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
+    of one config never sit on both sides of a split.
+
+    MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
+    the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
+    """
+    from sklearn.model_selection import GroupKFold
+
+    usable = _usable(trials)
+    wl = [workload_features(t.workload_spec) for t in usable]
+    encoder = FeatureEncoder().fit([t.config for t in usable], wl)
+    out: dict[str, MetricScore] = {}
+    for metric in metrics if metrics is not None else _metric_names(usable):
+        X, y, groups, _ = _xy(usable, encoder, metric)
+        n_groups = len(set(groups.tolist()))
+        k = min(folds, n_groups)
+        if k < 2 or len(y) < 4:
+            out[metric] = MetricScore(metric, len(y), n_groups, None, None, 0)
+            continue
+        kind = metric_transform(metric, y)
+        z = _forward(kind, y)
+        errors: list[float] = []
+        inside: list[bool] = []
+        for train, test in GroupKFold(n_splits=k).split(X, z, groups):
+            reg = IntervalRegressor(family=family).fit(X[train], z[train], groups[train])
+            c, lo, hi = reg.predict_interval(X[test])
+            pred = _inverse(kind, c)
+            errors.extend((np.abs(pred - y[test]) / np.maximum(np.abs(y[test]), 1e-12)).tolist())
+            inside.extend(((z[test] >= lo) & (z[test] <= hi)).tolist())
+        out[metric] = MetricScore(metric, len(y), n_groups, float(np.mean(errors)),
+                                  float(np.mean(inside)), k)
+    return out
