@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -595,11 +596,16 @@ def serve_cmd(
             if settings.api_dev_loopback else
             "no API key configured: mutating endpoints are refused (set ADVISOR_API_KEY)")
     err.print(f"advisor serve on http://{host}:{port} ({mode}); API docs at /docs")
+    api = create_app(settings)
+    started = time.perf_counter()
+    models = api.state.knowledge.models()  # fit (or load) before the first request, not in it
+    err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
+              f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
     supervisor = WorkerSupervisor(settings) if worker else None
     if supervisor is not None:
         supervisor.start()
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
+        uvicorn.run(api, host=host, port=port, log_level=log_level,
                     access_log=False)
     finally:
         if supervisor is not None:

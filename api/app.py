@@ -54,7 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.jobs = JobStore(store)
     app.state.api_keys = [k.encode() for k in keys]
-    app.state.knowledge = Knowledge(store, refresh_interval_s=settings.api_refresh_interval_s)
+    app.state.knowledge = Knowledge(store, cache_dir=settings.cache_dir,
+                                    refresh_interval_s=settings.api_refresh_interval_s)
     app.state.metrics = ApiMetrics(store)
     install_error_handlers(app)
     for module in (health, recommendations, cheatsheet, studies, jobs, trials, targets):
