@@ -1,5 +1,8 @@
 """Typed dependencies of the routes, and API-key authentication.
 
+The dependencies are ``async`` because they do no I/O: FastAPI would run plain functions in the
+thread pool, a hop per dependency per request.
+
 Mutating endpoints need a key (``Authorization: Bearer <key>`` or ``X-API-Key: <key>``), compared
 in constant time against every configured key. With no key configured they are refused with 403,
 unless development loopback mode is on and the client is this machine. Reads are open unless
@@ -27,22 +30,22 @@ _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <API 
 _header = APIKeyHeader(name="X-API-Key", auto_error=False, description="the API key")
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_store(request: Request) -> TrialStore:
+async def get_store(request: Request) -> TrialStore:
     store: TrialStore = request.app.state.store
     return store
 
 
-def get_jobs(request: Request) -> JobStore:
+async def get_jobs(request: Request) -> JobStore:
     jobs: JobStore = request.app.state.jobs
     return jobs
 
 
-def get_knowledge(request: Request) -> Knowledge:
+async def get_knowledge(request: Request) -> Knowledge:
     knowledge: Knowledge = request.app.state.knowledge
     return knowledge
 
@@ -84,14 +87,14 @@ def _check_key(request: Request, bearer: HTTPAuthorizationCredentials | None,
                        headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_write(request: Request,
+async def require_write(request: Request,
                   bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
                   header_key: Annotated[str | None, Security(_header)]) -> None:
     """Mutating endpoints: a valid API key, always."""
     _check_key(request, bearer, header_key, what="mutating endpoints")
 
 
-def require_read(request: Request,
+async def require_read(request: Request,
                  bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
                  header_key: Annotated[str | None, Security(_header)]) -> None:
     """Read endpoints: open unless the server requires the key for reads too."""

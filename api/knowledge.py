@@ -15,12 +15,22 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from advisor.cheatsheet import CheatSheet, build_cheatsheet, knob_value
+from advisor.errors import (
+    AdvisorError,
+    NotFoundError,
+    SLOParseError,
+    UnknownTargetError,
+    WorkloadError,
+)
 from advisor.recommend import RecommendationQuery, recommend
+from api.schemas import CheatSheetValuePublic, RecommendationPublic
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 
@@ -41,7 +51,7 @@ class Knowledge:
         self._checked_at = float("-inf")
         self._models: KnowledgeModels | None = None
         self._sheets: dict[tuple[Any, ...], CheatSheet] = {}
-        self._answers: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
 
     # cache -----------------------------------------------------------------------------------
 
@@ -65,32 +75,68 @@ class Knowledge:
             self._checked_at = time.monotonic()
             return fresh
 
-    def _answer(self, kind: str, key: Mapping[str, Any], compute: Any) -> dict[str, Any]:
+    def _fresh(self) -> KnowledgeModels | None:
+        """The models, if checked against the store recently enough (no query made)."""
+        models = self._models
+        if models is not None and time.monotonic() - self._checked_at < self.refresh_interval_s:
+            return models
+        return None
+
+    def _cached(self, kind: str, key: Mapping[str, Any]) -> bytes | None:
+        """A cached answer (JSON bytes) if the models are fresh; raises the cached error if the
+        answer was one. Never touches the store, so the event loop may call it."""
+        models = self._fresh()
+        if models is None:
+            return None
+        with self._lock:
+            if self._models is not models:
+                return None
+            hit = self._answers.get((kind, _key(key)))
+        if isinstance(hit, AdvisorError):
+            raise hit
+        return hit
+
+    def _answer(self, kind: str, key: Mapping[str, Any],
+                compute: Callable[[KnowledgeModels], bytes]) -> bytes:
         models = self.models()
-        cache_key = (kind, json.dumps(key, sort_keys=True, default=str))
+        cache_key = (kind, _key(key))
         with self._lock:
             if self._models is models and (hit := self._answers.get(cache_key)) is not None:
                 self._answers.move_to_end(cache_key)
+                if isinstance(hit, AdvisorError):
+                    raise hit
                 return hit
-        answer: dict[str, Any] = compute(models)
+        answer: bytes | AdvisorError
+        try:
+            answer = compute(models)
+        except (NotFoundError, SLOParseError, UnknownTargetError, WorkloadError) as exc:
+            answer = exc  # answers too: "no row for that context" holds until the store changes
         with self._lock:
             if self._models is models:
                 self._answers[cache_key] = answer
                 while len(self._answers) > _MAX_ANSWERS:
                     self._answers.popitem(last=False)
+        if isinstance(answer, AdvisorError):
+            raise answer
         return answer
 
     # recommendations -------------------------------------------------------------------------
 
-    def recommend(self, *, target: str, slo: str, objective: str | None, hardware: str | None,
-                  model: str | None, workload: Mapping[str, Any]) -> dict[str, Any]:
-        """The answer to one SLO question, in the fields of ``RecommendationPublic``."""
-        query = RecommendationQuery(target=target, slo=slo, hardware=hardware, model=model,
-                                    workload=dict(workload), objective=objective)
+    def cached_recommendation(self, query: Mapping[str, Any]) -> bytes | None:
+        """The answer to ``query`` if it is cached and the models are fresh, else None."""
+        return self._cached("recommend", query)
 
-        def compute(models: KnowledgeModels) -> dict[str, Any]:
-            raw = recommend(self.store, query, models=models).to_dict()
-            return {
+    def recommend(self, query: Mapping[str, Any]) -> bytes:
+        """The answer to one SLO question (the fields of ``RecommendationCreate``) as
+        ``RecommendationPublic`` JSON."""
+        q = RecommendationQuery(target=query["target"], slo=query["slo"],
+                                hardware=query.get("hardware"), model=query.get("model"),
+                                workload=dict(query.get("workload") or {}),
+                                objective=query.get("objective"))
+
+        def compute(models: KnowledgeModels) -> bytes:
+            raw = recommend(self.store, q, models=models).to_dict()
+            return _json(RecommendationPublic, {
                 "status": raw["status"], "basis": raw.get("basis", "model"),
                 "target": raw["target"], "slo": raw["slo"], "objective": raw.get("objective"),
                 "config": raw.get("config"), "predicted": raw.get("predicted") or {},
@@ -99,9 +145,9 @@ class Knowledge:
                 "borrowed_workload": raw.get("borrowed_workload"),
                 "tune_command": raw.get("tune_command"),
                 "message": raw.get("confidence_reason"), "raw": raw,
-            }
+            })
 
-        return self._answer("recommend", query.__dict__, compute)
+        return self._answer("recommend", query, compute)
 
     # cheat-sheet -----------------------------------------------------------------------------
 
@@ -121,19 +167,32 @@ class Knowledge:
                 self._sheets[key] = sheet
         return sheet
 
-    def knob_value(self, knob: str, *, target: str, hardware: str | None = None,
-                   model: str | None = None, workload_class: str | None = None,
-                   tier: str | None = "standard") -> dict[str, Any]:
-        """One knob's value for a context: a lookup in the target's cached sheet."""
-        tier = tier or "standard"
-        key = {"knob": knob, "target": target, "hardware": hardware, "model": model,
-               "workload_class": workload_class, "tier": tier}
+    def cached_knob_value(self, query: Mapping[str, Any]) -> bytes | None:
+        """The knob value for ``query`` if cached and the models are fresh, else None."""
+        return self._cached("knob", query)
 
-        def compute(models: KnowledgeModels) -> dict[str, Any]:
-            sheet = self.cheatsheet(target=target)
-            raw = knob_value(sheet, knob, target=target, hardware=hardware, model=model,
-                             workload_class=workload_class, tier=tier)
-            return {"knob": knob, "target": target, "found": True, "value": raw.get("value"),
-                    "row": raw, "raw": raw}
+    def knob_value(self, query: Mapping[str, Any]) -> bytes:
+        """One knob's value for a context (``knob``, ``target``, ``hardware``, ``model``,
+        ``workload_class``, ``tier``) as ``CheatSheetValuePublic`` JSON: a lookup in the
+        target's cached sheet."""
 
-        return self._answer("knob", key, compute)
+        def compute(models: KnowledgeModels) -> bytes:
+            sheet = self.cheatsheet(target=query["target"])
+            raw = knob_value(sheet, query["knob"], target=query["target"],
+                             hardware=query.get("hardware"), model=query.get("model"),
+                             workload_class=query.get("workload_class"),
+                             tier=query.get("tier") or "standard")
+            return _json(CheatSheetValuePublic, {
+                "knob": query["knob"], "target": query["target"], "found": True,
+                "value": raw.get("value"), "row": raw, "raw": raw})
+
+        return self._answer("knob", query, compute)
+
+
+def _key(query: Mapping[str, Any]) -> str:
+    return json.dumps(query, sort_keys=True, default=str)
+
+
+def _json(model: type[BaseModel], data: dict[str, Any]) -> bytes:
+    """``data`` validated by its public schema, serialised once (answers are served as bytes)."""
+    return model.model_validate(data).model_dump_json().encode()

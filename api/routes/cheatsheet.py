@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from api.deps import KnowledgeDep, ReadAccess
@@ -37,14 +38,19 @@ def cheatsheet(knowledge: KnowledgeDep, target: _Name = None, hardware: _Name = 
 
 
 @router.get("/cheatsheet/value", response_model=CheatSheetValuePublic,
-            responses={422: {"model": ErrorPublic}})
-def cheatsheet_value(knowledge: KnowledgeDep,
+            responses={404: {"model": ErrorPublic, "description": "no row for that context"},
+                       422: {"model": ErrorPublic}})
+async def cheatsheet_value(knowledge: KnowledgeDep,
                      knob: Annotated[str, Query(min_length=1, max_length=64,
                                                 pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
                      target: Annotated[str, Query(min_length=1, max_length=64,
                                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
                      hardware: _Name = None, model: _Name = None,
-                     workload_class: _Name = None, tier: Tier = "standard") -> dict[str, Any]:
+                     workload_class: _Name = None, tier: Tier = "standard") -> Response:
     """One knob's recommended value for a context, from the cached cheat-sheet (a lookup)."""
-    return knowledge.knob_value(knob, target=target, hardware=hardware, model=model,
-                                workload_class=workload_class, tier=tier)
+    query = {"knob": knob, "target": target, "hardware": hardware, "model": model,
+             "workload_class": workload_class, "tier": tier or "standard"}
+    answer = knowledge.cached_knob_value(query)
+    if answer is None:
+        answer = await run_in_threadpool(knowledge.knob_value, query)
+    return Response(answer, media_type="application/json")

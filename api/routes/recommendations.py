@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
 
 from api.deps import KnowledgeDep, ReadAccess
 from api.schemas import ErrorPublic, RecommendationCreate, RecommendationPublic
@@ -25,10 +26,14 @@ _EXAMPLE: dict[str, Any] = {
 @router.post("/recommendations", response_model=RecommendationPublic,
              responses={200: {"content": {"application/json": {"example": _EXAMPLE}}},
                         422: {"model": ErrorPublic, "description": "unknown target, bad SLO"}})
-def recommend(body: RecommendationCreate, knowledge: KnowledgeDep) -> dict[str, Any]:
+async def recommend(body: RecommendationCreate, knowledge: KnowledgeDep) -> Response:
     """The config meeting the SLO with the most headroom, with predicted metrics and intervals,
     the evidence and a launch command; or an explicit `no_feasible_config` / `not_covered` answer
     naming the `advisor tune` study that would cover the question."""
-    return knowledge.recommend(target=body.target, slo=body.slo, objective=body.objective,
-                               hardware=body.hardware, model=body.model,
-                               workload=body.workload)
+    query = body.model_dump()
+    # A repeated question is answered on the event loop from the cache; anything that needs the
+    # store or the models runs in the thread pool.
+    answer = knowledge.cached_recommendation(query)
+    if answer is None:
+        answer = await run_in_threadpool(knowledge.recommend, query)
+    return Response(answer, media_type="application/json")
