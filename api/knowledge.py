@@ -4,8 +4,9 @@ Every call into ``advisor.recommend`` / ``advisor.cheatsheet`` / ``knowledge.cac
 :class:`Knowledge`, so a change of their interface is absorbed here. It holds the fitted models
 (one :class:`~knowledge.cache.ModelCache`), the built cheat-sheets and recent answers in memory.
 At most every ``refresh_interval_s`` it asks the store whether trials were added (one aggregate
-query); if so the models are refitted and every cached sheet and answer is dropped. Between
-checks a repeated question or a cheat-sheet value is a dictionary lookup.
+query); if so the models are refitted in the background while the current ones keep answering,
+then every cached sheet and answer is dropped. Between checks a repeated question or a
+cheat-sheet value is a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from advisor.errors import (
 from advisor.recommend import RecommendationQuery, recommend
 from api.schemas import CheatSheetValuePublic, RecommendationPublic
 from knowledge import TrialStore
-from knowledge.cache import KnowledgeModels, ModelCache
+from knowledge.cache import KnowledgeModels, ModelCache, data_key
 
 __all__ = ["Knowledge"]
 
@@ -50,30 +51,48 @@ class Knowledge:
         self._lock = threading.RLock()
         self._checked_at = float("-inf")
         self._models: KnowledgeModels | None = None
+        self._refit: threading.Thread | None = None
         self._sheets: dict[tuple[Any, ...], CheatSheet] = {}
         self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
 
     # cache -----------------------------------------------------------------------------------
 
     def models(self) -> KnowledgeModels:
-        """The current fitted models; checks the store for new trials at most every
-        ``refresh_interval_s`` (refitting and dropping cached answers when it changed)."""
-        now = time.monotonic()
+        """The current fitted models. The first call fits (or loads) them. Later calls check the
+        store for new trials at most every ``refresh_interval_s`` (one aggregate query); when it
+        changed, a background thread refits while the current models keep answering, then the
+        new models replace them and every cached sheet and answer is dropped."""
         models = self._models
-        if models is not None and now - self._checked_at < self.refresh_interval_s:
+        if models is not None and time.monotonic() - self._checked_at < self.refresh_interval_s:
             return models
         with self._lock:
-            if self._models is not None and now - self._checked_at < self.refresh_interval_s:
-                return self._models
-            fresh = self._cache.get()
-            if fresh is not self._models:
-                log.info("knowledge models (re)loaded: %d trials, %d contexts",
-                         fresh.data.trials, len(fresh.contexts))
+            if self._models is None:
+                self._install(self._cache.get())
+            elif time.monotonic() - self._checked_at >= self.refresh_interval_s:
+                self._checked_at = time.monotonic()
+                if (data_key(self.store) != self._models.data
+                        and (self._refit is None or not self._refit.is_alive())):
+                    self._refit = threading.Thread(target=self._refit_in_background,
+                                                   name="knowledge-refit", daemon=True)
+                    self._refit.start()
+            assert self._models is not None
+            return self._models
+
+    def _install(self, models: KnowledgeModels) -> None:
+        with self._lock:
+            if models is not self._models:
+                log.info("knowledge models loaded: %d trials, %d contexts",
+                         models.data.trials, len(models.contexts))
                 self._sheets.clear()
                 self._answers.clear()
-                self._models = fresh
+                self._models = models
             self._checked_at = time.monotonic()
-            return fresh
+
+    def _refit_in_background(self) -> None:
+        try:
+            self._install(self._cache.get())
+        except AdvisorError as exc:  # keep serving the models we have
+            log.warning("refitting the knowledge models failed: %s", exc)
 
     def _fresh(self) -> KnowledgeModels | None:
         """The models, if checked against the store recently enough (no query made)."""
