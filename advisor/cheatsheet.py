@@ -44,21 +44,29 @@ _LLM_TIERS = (
     Tier("throughput", "tpot_p95_ms<=100", "maximize:output_tokens_per_s",
          "batch / offline: the most output tokens per second, streams may be slow"),
 )
-#: Tiers per target; a target not listed uses the LLM tiers.
-TIERS: dict[str, tuple[Tier, ...]] = {
-    "faiss": (
+_VECTOR_TIERS = (
         Tier("interactive", "recall_at_10>=0.95", "minimize:p95_latency_ms",
              "online retrieval: lowest single-query p95 at recall@10 >= 0.95"),
         Tier("standard", "recall_at_10>=0.95,p95_latency_ms<=1", "maximize:qps",
              "most queries/s at recall@10 >= 0.95 with single-query p95 <= 1 ms"),
         Tier("throughput", "recall_at_10>=0.9", "maximize:qps",
              "bulk search: most queries/s at recall@10 >= 0.9"),
-    ),
-}
+)
+#: Tier families: the first whose metrics a target reports is its tiers (LLM serving targets get
+#: the LLM tiers, vector search the vector-search tiers).
+TIERS: dict[str, tuple[Tier, ...]] = {"vector-search": _VECTOR_TIERS, "llm-serving": _LLM_TIERS}
 
 
 def tiers_for(target: str) -> tuple[Tier, ...]:
-    return TIERS.get(target, _LLM_TIERS)
+    from objectives.registry import get_target
+
+    reported = get_target(target).reported_metrics()
+    for tiers in TIERS.values():
+        needed = {b.split("<=")[0].split(">=")[0] for t in tiers for b in t.slo.split(",")}
+        needed |= {t.objective.split(":", 1)[1] for t in tiers}
+        if needed <= reported:
+            return tiers
+    return ()
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,28 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from advisor import __version__
-from advisor.driver import SAMPLERS, StudyDriver, StudyResult, StudySpec
+from advisor.cheatsheet import build_cheatsheet
+from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
 from advisor.errors import AdvisorError, WorkloadError
+from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
-from advisor.recommend import Recommendation, recommend_measured
+from advisor.recommend import (
+    ModelRecommendation,
+    PredictedMetric,
+    Recommendation,
+    RecommendationQuery,
+    recommend,
+    recommend_measured,
+)
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
+from knowledge.cache import KnowledgeModels, ModelCache
+from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate
 from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
 from objectives import parse_slo
 from objectives.hardware import hardware_key
+from objectives.llm.workload import KIND as LLM_KIND
+from objectives.llm.workload import at_rate
 from objectives.registry import get_target, target_names
 from objectives.target import Target
 from objectives.workload import Workload
@@ -251,6 +264,11 @@ def tune_cmd(
         help="Address-space limit of each trial process, in MiB.")] = None,
     include_default: Annotated[bool, typer.Option(
         help="Measure the engine's default config as the first trial, for comparison.")] = True,
+    also_rate: Annotated[list[float] | None, typer.Option(
+        "--also-rate", help="LLM serving targets: also measure every trial's config at this "
+        "arrival rate in req/s (repeatable), on the same engine start, as a trial of the study "
+        "<name>@<rate>rps. Same arrival window (requests scale with the rate), other prompts. "
+        "--timeout covers the whole trial.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a tuning study: search the target's knobs against an SLO on this machine.
@@ -271,6 +289,7 @@ def tune_cmd(
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]
     wl = _resolve_workload(tgt, workload, params)
     study_name = name or _default_study_name(target, wl, str(slo_obj), str(obj))
+    co_measured = _co_measured(study_name, wl, also_rate or [])
     store = _store(settings)
     reporter = _ProgressReporter(obj, slo_obj.metrics)
     driver = StudyDriver(store, settings, reporter)
@@ -279,19 +298,37 @@ def tune_cmd(
         if stored is not None:
             if slo or objective or workload or params:
                 _check_same(stored, str(slo_obj), obj, wl, target)
+            stored_co = stored.data_provenance.get("co_measured_studies", [])
+            if also_rate and [c.name for c in co_measured] != stored_co:
+                raise AdvisorError(f"--resume of study {study_name!r} with other --also-rate "
+                                   f"values: it is measured with {stored_co or 'no other study'}")
             result = driver.resume(study_name, trials)
         else:
             if resume:
                 err.print(f"no study named {study_name!r} yet: starting it")
             result = driver.run(StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
-                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default))
+                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
+                co_measured=co_measured))
     except KeyboardInterrupt:
         reporter.progress.stop()
         err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
                   f"--name {study_name} --resume")
         raise typer.Exit(130) from None
     _print_result(result, as_json)
+
+
+def _co_measured(study_name: str, wl: Workload, rates: list[float]) -> tuple[CoMeasured, ...]:
+    """The studies ``--also-rate`` asks for: ``wl`` at each rate, named ``<study>@<rate>rps``."""
+    if not rates:
+        return ()
+    if wl.kind != LLM_KIND:
+        raise AdvisorError(f"--also-rate needs an {LLM_KIND!r} workload (an LLM serving "
+                           f"target), but workload {wl.name!r} is of kind {wl.kind!r}")
+    if len(set(rates)) != len(rates):
+        raise AdvisorError(f"--also-rate values must differ, got {rates}")
+    return tuple(CoMeasured(f"{study_name}@{rate:g}rps", at_rate(wl, rate, seed_offset=i + 1))
+                 for i, rate in enumerate(rates))
 
 
 def _check_same(stored: StudyRecord, slo: str, obj: Objective, wl: Workload, target: str) -> None:
@@ -321,9 +358,19 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
         "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
     }
+    if result.co_measured:
+        summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
     if as_json:
         out.print_json(data=summary)
         return
+    for co in result.co_measured:
+        line = _co_summary(co)
+        best = line["best"]
+        metric = study.objective_metric
+        tail = (f"; best {metric} {_fmt(best['metrics'].get(metric))} (trial #{best['number']})"
+                if best else "")
+        out.print(f"measured alongside: [bold]{line['study']}[/bold]: {line['complete']} "
+                  f"measured, {line['meeting_slo']} met the SLO{tail}")
     out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured, "
               f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
               f"{summary['meeting_slo']} met the SLO {study.slo}")
@@ -347,6 +394,13 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         table.add_row(*row)
     out.print(table)
     out.print(f"best config: [bold]{_compact(result.best.config)}[/bold]")
+
+
+def _co_summary(result: StudyResult) -> dict[str, Any]:
+    return {"study": result.study.name, "workload": result.study.workload_spec,
+            "complete": result.count(TrialStatus.COMPLETE),
+            "failed": result.count(TrialStatus.FAILED), "meeting_slo": result.n_feasible,
+            "best": _trial_json(result.best)}
 
 
 def _trial_json(t: TrialRecord | None) -> dict[str, Any] | None:
@@ -437,6 +491,22 @@ def trials_cmd(
 # recommend -----------------------------------------------------------------------------------
 
 
+def _models(settings: Settings, store: TrialStore, family: str = DEFAULT_FAMILY) -> KnowledgeModels:
+    """The fitted models for ``store``: from the cache dir when current, else fitted now."""
+    cache = ModelCache(store, settings.cache_dir, family=family)
+    if cache.path is not None and not cache.path.exists():
+        err.print("[dim]no fitted models yet: fitting them now (advisor knowledge fit does this "
+                  "ahead of time)[/dim]")
+    return cache.get()
+
+
+def _workload_query(rate_rps: float | None, prompt_len: float | None, output_len: float | None,
+                    n_vectors: int | None, dim: int | None) -> dict[str, Any]:
+    given = {"rate_rps": rate_rps, "prompt_len": prompt_len, "output_len": output_len,
+             "n_vectors": n_vectors, "dim": dim}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 @app.command("recommend")
 def recommend_cmd(
     slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
@@ -445,27 +515,150 @@ def recommend_cmd(
     objective: Annotated[str | None, typer.Option(
         help="What to optimise among configs meeting the SLO (default: the target's).")] = None,
     hardware: Annotated[str, typer.Option(
-        help="Evidence from which hardware: 'this' (this machine), 'any', or a hardware key.")
-    ] = "this",
+        help="Which hardware to answer for: 'this' (this machine), 'any', or (part of) a "
+             "hardware key such as h200.")] = "this",
+    model: Annotated[str | None, typer.Option(
+        help="LLM targets: the model shape (llama-3-8b, llama-3.2-1b, ...).")] = None,
+    rate_rps: Annotated[float | None, typer.Option(
+        help="LLM workload: Poisson arrival rate, requests/s.")] = None,
+    prompt_len: Annotated[float | None, typer.Option(
+        help="LLM workload: median prompt length, tokens.")] = None,
+    output_len: Annotated[float | None, typer.Option(
+        help="LLM workload: median output length, tokens.")] = None,
+    n_vectors: Annotated[int | None, typer.Option(
+        help="faiss workload: vectors in the index (corpus size N).")] = None,
+    dim: Annotated[int | None, typer.Option(help="faiss workload: vector dimension.")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Show the evidence trials, intervals, model quality and the "
+                          "reasoning behind the confidence.")] = False,
+    measured: Annotated[bool, typer.Option(
+        "--measured", help="Only measured evidence: the best stored trial meeting the SLO, no "
+                           "models (the workload options are ignored).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Recommend a config for an SLO from the trials measured so far.
+    """Recommend a config for an SLO.
 
-    Answers with the best measured config that meets the SLO, its measured figures and the
-    launch command; if no measured trial meets it, says so and prints the `advisor tune`
-    command that would find one.
+    Model-based by default: fitted surrogates predict every candidate config at your workload,
+    and the answer is the config with the best predicted objective whose conservative (90 %
+    interval) bound meets every SLO bound, with evidence trials, a confidence verdict and the
+    launch command. Questions outside the data are flagged with the `advisor tune` command that
+    would cover them. Exit code 1 when no config is recommended.
     """
     tgt = get_target(target)
     hw = None if hardware == "any" else hardware_key() if hardware == "this" else hardware
-    rec = recommend_measured(_store(), target=target, slo=parse_slo(slo),
-                             objective=Objective.parse(objective or tgt.default_objective),
-                             hardware_key=hw)
+    settings = _settings()
+    store = _store(settings)
+    if measured:
+        rec = recommend_measured(store, target=target, slo=parse_slo(slo),
+                                 objective=Objective.parse(objective or tgt.default_objective),
+                                 hardware_key=hw)
+        if as_json:
+            out.print_json(data=rec.to_dict())
+        else:
+            _print_recommendation(rec)
+        if not rec.found:
+            raise typer.Exit(1)
+        return
+    query = RecommendationQuery(
+        target=target, slo=slo, hardware=hw, model=model, objective=objective,
+        workload=_workload_query(rate_rps, prompt_len, output_len, n_vectors, dim))
+    # Validate the question before fitting anything, so a typo answers at once.
+    parse_slo(slo).check_metrics(target, tgt.reported_metrics())
+    answer = recommend(store, query, models=_models(settings, store))
     if as_json:
-        out.print_json(data=rec.to_dict())
+        out.print_json(data=answer.to_dict())
     else:
-        _print_recommendation(rec)
-    if not rec.found:
+        _print_model_recommendation(answer, explain)
+    if not answer.found:
         raise typer.Exit(1)
+
+
+def _interval(p: PredictedMetric) -> str:
+    return f"{_fmt(p.value)}  [{_fmt(p.low)} .. {_fmt(p.high)}]"
+
+
+def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None:
+    where = rec.hardware_key or "any hardware"
+    if rec.status == "not_covered":
+        out.print(f"[yellow]Not covered:[/yellow] {rec.confidence_reason}")
+        if rec.borrowed_workload:
+            out.print(f"Nearest measured workload: {rec.borrowed_workload['name']} "
+                      f"{rec.borrowed_workload['features']}")
+        out.print(f"To cover it, run:\n  {rec.tune_command}")
+        return
+    ctx = rec.context or {}
+    if rec.borrowed_workload:
+        bw = rec.borrowed_workload
+        out.print(f"[dim]Workload {rec.workload} was not measured; borrowing the nearest measured "
+                  f"workload {bw['name']} {bw['features']} ({bw['factor']:g}x away"
+                  f"{', inside the measured range' if bw['inside_measured_range'] else ''})."
+                  "[/dim]")
+    if rec.status == "no_feasible_config":
+        out.print(f"[yellow]No {rec.target} config is predicted to meet {rec.slo}[/yellow] with "
+                  f"its 90% interval (on {where}; {rec.candidates_considered} candidate configs "
+                  f"from {ctx.get('trials')} trials).")
+        if rec.closest is not None:
+            misses = ", ".join(f"{k} (off by {v:.1%})"
+                               for k, v in rec.closest["conservative_slo_margins"].items()
+                               if v > 0)
+            out.print(f"Closest: [{_compact(rec.closest['config'])}] misses {misses} "
+                      "(conservative bound).")
+        out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
+        if explain:
+            _print_evidence(rec)
+        return
+    out.print(f"[bold green]Recommended {rec.target} config[/bold green] for {rec.slo} "
+              f"({rec.objective}) on {where}"
+              + (f", model {rec.model}" if rec.model else "") + ":")
+    out.print(f"  {_compact(rec.config or {})}")
+    table = Table(title="predicted by the surrogate models (90% intervals) - not measured")
+    for c in ("metric", "predicted", "SLO", "conservative margin"):
+        table.add_column(c)
+    bounds = {b.metric: b for b in rec.slo.bounds}
+    for m, p in rec.predicted.items():
+        bound = bounds.get(m)
+        margin = rec.conservative_margins.get(str(bound)) if bound else None
+        table.add_row(m, _interval(p), f"{bound.op} {bound.threshold:g}" if bound else "",
+                      f"{-margin:.1%} headroom" if margin is not None else "")
+    out.print(table)
+    out.print(f"Confidence: [bold]{rec.confidence}[/bold] ({rec.confidence_reason})")
+    same = [e for e in rec.evidence if e.same_config]
+    out.print(f"Evidence: {len(rec.evidence)} nearest measured trials"
+              + (f", {len(same)} of this exact config" if same else "")
+              + (" (--explain shows them)" if not explain else ""))
+    if explain:
+        _print_evidence(rec)
+        for note in rec.notes:
+            out.print(f"[dim]note: {note}[/dim]")
+    out.print("Launch:")
+    out.print(rec.launch_command or "(no launch command)", markup=False, highlight=False)
+
+
+def _print_evidence(rec: ModelRecommendation) -> None:
+    ctx = rec.context or {}
+    out.print(f"Models: {ctx.get('family')} surrogates fitted on {ctx.get('trials')} trials of "
+              f"{ctx.get('target')} / {ctx.get('hardware_key')}"
+              + (f" / {ctx.get('model')}" if ctx.get("model") else "")
+              + f" (engine {ctx.get('engine_version')}); candidates: "
+              f"{rec.candidates_considered}, predicted feasible: {rec.candidates_feasible}.")
+    if rec.model_quality:
+        q = Table(title="model quality (grouped cross-validation on stored trials)")
+        for c in ("metric", "MAPE", "90% interval coverage", "trials"):
+            q.add_column(c)
+        for m, v in rec.model_quality.items():
+            q.add_row(m, f"{v['mape']:.1%}" if v.get("mape") is not None else "-",
+                      f"{v['interval_coverage']:.0%}" if v.get("interval_coverage") is not None
+                      else "-", str(v.get("n")))
+        out.print(q)
+    ev = Table(title="nearest measured trials (evidence)")
+    for c in ("trial", "study", "workload", "meets SLO", "measured", "config"):
+        ev.add_column(c, overflow="fold")
+    for e in rec.evidence:
+        ev.add_row(str(e.trial_id) + (" (same config)" if e.same_config else ""), e.study,
+                   e.workload, "yes" if e.meets_slo else "no",
+                   " ".join(f"{k}={_fmt(v)}" for k, v in e.metrics.items()),
+                   _compact(e.config))
+    out.print(ev)
 
 
 def _print_recommendation(rec: Recommendation) -> None:
@@ -507,7 +700,9 @@ def _print_recommendation(rec: Recommendation) -> None:
     out.print(rec.launch_command or "", markup=False, highlight=False)
 
 
-knowledge_app = typer.Typer(help="Move trials between stores (JSONL).", no_args_is_help=True)
+knowledge_app = typer.Typer(
+    help="The knowledge base: fit and evaluate the surrogate models; move trials between stores "
+         "(JSONL).", no_args_is_help=True)
 app.add_typer(knowledge_app, name="knowledge")
 
 
@@ -632,6 +827,161 @@ def worker_cmd(
     signal.signal(signal.SIGTERM, lambda *_: w.stop())
     signal.signal(signal.SIGINT, lambda *_: w.stop())
     w.run_forever(stop_when_idle=once)
+
+
+def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
+    table = Table(title=title)
+    for c in ("context", "metric", "trials", "configs", "MAPE", "90% interval coverage"):
+        table.add_column(c)
+    for r in rows:
+        mape = r["mape"]
+        text = "-" if mape is None else f"{mape:.1%}"
+        if mape is not None and goal is not None and _is_goal_metric(r["metric"]):
+            text += " [green]ok[/green]" if mape <= goal else " [yellow]above goal[/yellow]"
+        cov = r["interval_coverage"]
+        table.add_row(r["context"], r["metric"], str(r["n"]), str(r["configs"]), text,
+                      "-" if cov is None else f"{cov:.0%}")
+    return table
+
+
+def _is_goal_metric(metric: str) -> bool:
+    """The issue's accuracy goal covers p95 latencies and throughput."""
+    return ("p95" in metric and "batch" not in metric) or metric in (
+        "qps", "output_tokens_per_s", "requests_per_s")
+
+
+@knowledge_app.command("fit")
+def knowledge_fit_cmd(
+    target: Annotated[str | None, typer.Option(help="Only this target's contexts (the saved "
+                                                    "model set then holds only these).")] = None,
+    family: Annotated[str, typer.Option(help=f"Surrogate family: {', '.join(FAMILIES)}.")
+                      ] = DEFAULT_FAMILY,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Fit the surrogate models on every stored trial, cross-validate them, and save both in the
+    cache dir so `advisor recommend` answers without fitting."""
+    if family not in FAMILIES:
+        raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    settings = _settings()
+    store = _store(settings)
+    models = KnowledgeModels.fit(store, family=family, target=target)
+    cache = ModelCache(store, settings.cache_dir, family=family)
+    if cache.path is not None:
+        models.save(cache.path)
+    rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
+            for ctx in models.contexts.values() for mm in ctx.metrics.values() if mm.score]
+    if as_json:
+        out.print_json(data={"family": family, "fit_seconds": models.fit_seconds,
+                             "trials": models.data.trials,
+                             "contexts": [c.key.to_dict() | {"trials": c.n_trials}
+                                          for c in models.contexts.values()],
+                             "scores": rows, "saved_to": str(cache.path)})
+        return
+    out.print(f"fitted {family} surrogates for {len(models.contexts)} contexts from "
+              f"{models.data.trials} stored trials in {models.fit_seconds:.1f} s; saved to the "
+              "cache dir")
+    for ctx in models.contexts.values():
+        out.print(f"  {ctx.key.label()}: {ctx.n_trials} trials, {len(ctx.metrics)} metrics, "
+                  f"{len(ctx.workloads)} workloads")
+
+
+@knowledge_app.command("eval")
+def knowledge_eval_cmd(
+    target: Annotated[str | None, typer.Option(help="Only this target's contexts.")] = None,
+    family: Annotated[str, typer.Option(help=f"Surrogate family: {', '.join(FAMILIES)}.")
+                      ] = DEFAULT_FAMILY,
+    folds: Annotated[int, typer.Option(min=2, help="Grouped cross-validation folds.")] = 5,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", help="Only these metrics (repeatable). Default: p95 latencies and "
+                         "throughput, the issue's accuracy goal.")] = None,
+    all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Every modelled metric.")
+                           ] = False,
+    audit: Annotated[bool, typer.Option(
+        "--audit", help="Also hold the conservative feasibility filter against held-out "
+                        "measurements: the rate of configs predicted feasible but measured "
+                        "infeasible, over SLOs spread across the measured range.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Held-out error per metric on the stored trials: grouped K-fold cross-validation (all
+    measurements of one config are held out together), MAPE and 90%-interval coverage."""
+    if family not in FAMILIES:
+        raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    store = _store()
+    trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
+    from knowledge.cache import MIN_TRIALS
+    from knowledge.surrogate import context_of
+
+    grouped: dict[Any, list[TrialRecord]] = {}
+    for t in trials:
+        if t.metrics:
+            grouped.setdefault(context_of(t), []).append(t)
+    rows: list[dict[str, Any]] = []
+    for key, ctx_trials in sorted(grouped.items()):
+        if len(ctx_trials) < MIN_TRIALS:
+            continue
+        names = sorted({m for t in ctx_trials for m in t.metrics})
+        wanted = names if all_metrics else metric or [m for m in names if _is_goal_metric(m)]
+        scores = cross_validate(key, ctx_trials, family=family, folds=folds,
+                                metrics=[m for m in wanted if m in names])
+        rows += [{"context": key.label(), **s.to_dict()} for s in scores.values()]
+    audits = ([a.to_dict() for a in audit_store_trials(trials, target=target, family=family,
+                                                       folds=folds)] if audit else [])
+    if as_json:
+        out.print_json(data={"family": family, "folds": folds, "coverage_nominal": 0.9,
+                             "scores": rows, "feasibility_audit": audits})
+        return
+    if not rows:
+        out.print("no context has enough measured trials to evaluate")
+        return
+    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by config; goal: "
+                           "MAPE <= 10% for p95 latency and throughput)", rows, 0.10))
+    for a in audits:
+        rate = a["false_feasible_rate"]
+        rec_rate = a["recommendation_infeasible_rate"]
+        out.print(f"{a['context']}: {a['false_feasible']} of {a['predicted_feasible']} held-out "
+                  "(trial, SLO) pairs predicted feasible (conservative bound) measured "
+                  f"infeasible ({'-' if rate is None else f'{rate:.1%}'}); "
+                  f"{a['recommendations_measured_infeasible']} of {a['recommendations']} "
+                  "per-fold recommendations measured infeasible "
+                  f"({'-' if rec_rate is None else f'{rec_rate:.1%}'}); the filter kept "
+                  f"{'-' if a['feasible_recall'] is None else format(a['feasible_recall'], '.0%')}"
+                  f" of {a['measured_feasible']} measured-feasible pairs; {len(a['slos'])} SLOs")
+
+
+@app.command("cheatsheet")
+def cheatsheet_cmd(
+    fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
+    output: Annotated[Path | None, typer.Option("--output", "-o",
+                                                help="File to write (default: stdout).")] = None,
+    target: Annotated[str | None, typer.Option(help="Only this target.")] = None,
+    hardware: Annotated[str | None, typer.Option(
+        help="Only hardware keys containing this text (e.g. h200, cpu).")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model shape.")] = None,
+    workload_class: Annotated[str | None, typer.Option(
+        help="Only workload classes containing this text (e.g. chat, 'N=8000').")] = None,
+    tier: Annotated[str | None, typer.Option(
+        help="Only this tier: interactive, standard or throughput.")] = None,
+) -> None:
+    """The tuning cheat-sheet: recommended knob values per target x hardware x model x workload
+    class x SLO tier, with predicted metrics, knob importance and fitted rules of thumb."""
+    if fmt not in ("md", "html", "json"):
+        raise AdvisorError(f"--format must be md, html or json, got {fmt!r}")
+    if tier is not None and tier not in ("interactive", "standard", "throughput"):
+        raise AdvisorError(f"--tier must be interactive, standard or throughput, got {tier!r}")
+    settings = _settings()
+    store = _store(settings)
+    sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
+                             workload_class=workload_class, tier=tier,
+                             models=_models(settings, store))
+    import json
+
+    text = (sheet.to_markdown() if fmt == "md" else sheet.to_html() if fmt == "html"
+            else json.dumps(sheet.to_dict(), indent=1, sort_keys=False))
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        output.write_text(text)
+        err.print(f"wrote {output} ({len(sheet.rows)} rows, {len(sheet.sections)} contexts)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

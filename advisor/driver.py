@@ -4,6 +4,11 @@ One loop, written once: ask Optuna for a config, record the trial as running, ru
 process, store the measurement with its SLO margins, hand the margins to the sampler through
 ``trial.set_constraint`` (``<= 0`` means met) and tell the objective. A killed driver leaves at
 most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+
+A study may name co-measured studies (``StudySpec.co_measured``): each trial's config is also
+measured under their workloads in the same trial process — for a server target, on the same engine
+start, which is what a trial mostly costs — and recorded as a trial of that study. The study's own
+sampler chooses every config; the co-measured studies only record, and are resumed through it.
 """
 
 from __future__ import annotations
@@ -38,12 +43,22 @@ from objectives.registry import get_target
 from objectives.target import Target
 from objectives.workload import canonical_json
 
-__all__ = ["SAMPLERS", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec"]
+__all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec"]
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
 _DEFAULT_ROLE = "engine-default"
 _FIXED_ATTR = "advisor_fixed"
+#: Provenance keys linking a study and the studies measured alongside it.
+_CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
+
+
+@dataclass(frozen=True)
+class CoMeasured:
+    """A study whose trials are measured alongside another study's, under its own workload."""
+
+    name: str
+    workload: Workload
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,8 @@ class StudySpec:
     sampler: str = "tpe"
     seed: int | None = None
     include_default: bool = True
+    #: Studies measured in the same trials under other workloads (see the module docstring).
+    co_measured: tuple[CoMeasured, ...] = ()
     #: Knobs held at one value for the whole study (validated against the space by the caller).
     fixed: Mapping[str, Any] = field(default_factory=dict)
 
@@ -69,6 +86,12 @@ class StudySpec:
             raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
         if not self.name or len(self.name) > 200:
             raise StudyError("a study name must have 1 to 200 characters")
+        names = [self.name, *(c.name for c in self.co_measured)]
+        if len(set(names)) != len(names):
+            raise StudyError(f"co-measured studies need names of their own, got {names}")
+        for co in self.co_measured:
+            if not co.name or len(co.name) > 200:
+                raise StudyError("a study name must have 1 to 200 characters")
 
 
 @dataclass
@@ -79,6 +102,8 @@ class StudyResult:
     trials: list[TrialRecord] = field(default_factory=list)
     best: TrialRecord | None = None
     default_trial: TrialRecord | None = None
+    #: The results of the studies measured alongside this one.
+    co_measured: list[StudyResult] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(t.status == status for t in self.trials)
@@ -141,6 +166,15 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Companion:
+    """A co-measured study while the driver runs: its spec, stored row and Optuna study."""
+
+    spec: StudySpec
+    study: StudyRecord
+    ostudy: optuna.Study
+
+
 class StudyDriver:
     """Runs and resumes studies against a :class:`TrialStore`."""
 
@@ -158,16 +192,22 @@ class StudyDriver:
             n = len(self.store.trials_of_study(existing.id or 0))
             raise StudyError(f"a study named {spec.name!r} already exists ({n} trials); pass "
                              "--resume to continue it, or choose another --name")
+        for co in spec.co_measured:
+            if self.store.get_study(co.name) is not None:
+                raise StudyError(f"a study named {co.name!r} already exists; choose another "
+                                 "--name for the study it would be measured alongside")
         target = self._check_target(spec)
         provenance = self._prepare(target, spec.workload)
-        study = self.store.create_study(StudyRecord(
-            name=spec.name, target=spec.target, slo=str(spec.slo),
-            objective_metric=spec.objective.metric, objective_direction=spec.objective.direction,
-            workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
-            sampler=spec.sampler, seed=spec.seed, n_trials=spec.n_trials,
-            hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
-            data_provenance=provenance,
-        ))
+        co_provenance = [self._prepare(target, co.workload) for co in spec.co_measured]
+        if spec.co_measured:
+            provenance = {**provenance, _CO_STUDIES: [co.name for co in spec.co_measured]}
+        study = self._create_study(spec, provenance)
+        companions = []
+        for co, facts in zip(spec.co_measured, co_provenance, strict=True):
+            co_spec = dataclasses.replace(spec, name=co.name, workload=co.workload,
+                                          co_measured=())
+            co_study = self._create_study(co_spec, {**facts, _CO_WITH: spec.name})
+            companions.append(_Companion(co_spec, co_study, self._recording_study(co_spec)))
         ostudy = self._optuna_study(spec, study)
         if spec.fixed:
             ostudy.set_user_attr(_FIXED_ATTR, dict(spec.fixed))
@@ -176,7 +216,17 @@ class StudyDriver:
         if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
             # default_config() holds exactly the active knobs, which is what the sampler replays.
             ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
-        return self._loop(spec, study, target, ostudy)
+        return self._loop(spec, study, target, ostudy, companions)
+
+    def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
+        return self.store.create_study(StudyRecord(
+            name=spec.name, target=spec.target, slo=str(spec.slo),
+            objective_metric=spec.objective.metric, objective_direction=spec.objective.direction,
+            workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
+            sampler=spec.sampler, seed=spec.seed, n_trials=spec.n_trials,
+            hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
+            data_provenance=provenance,
+        ))
 
     def resume(self, name: str, n_trials: int | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
@@ -187,14 +237,32 @@ class StudyDriver:
         if study.status == StudyStatus.IMPORTED:
             raise StudyError(f"study {name!r} was imported from another store and cannot be "
                              "resumed here (its Optuna history stayed there); start a new study")
+        if (leader := study.data_provenance.get(_CO_WITH)) is not None:
+            raise StudyError(f"study {name!r} is measured alongside study {leader!r}; resume "
+                             f"{leader!r} and both go on")
         spec = self._spec_of(study, n_trials)
         target = self._check_target(spec)
         self._prepare(target, spec.workload)
+        companions = []
+        for co_name in study.data_provenance.get(_CO_STUDIES, []):
+            co_study = self.store.get_study(co_name)
+            if co_study is None:
+                raise StudyError(f"study {name!r} is measured with study {co_name!r}, which is "
+                                 "missing from this store")
+            co_spec = self._spec_of(co_study, n_trials)
+            self._prepare(target, co_spec.workload)
+            companion = _Companion(co_spec, co_study, self._recording_study(co_spec))
+            self._recover_recording(companion)
+            companions.append(companion)
+        spec = dataclasses.replace(spec, co_measured=tuple(
+            CoMeasured(c.spec.name, c.spec.workload) for c in companions))
         ostudy = self._optuna_study(spec, study)
         self._recover(study, ostudy, spec)
         if n_trials is not None and n_trials != study.n_trials:
             study = self._update_n_trials(study, n_trials)
-        return self._loop(spec, study, target, ostudy)
+            companions = [dataclasses.replace(c, study=self._update_n_trials(c.study, n_trials))
+                          for c in companions]
+        return self._loop(spec, study, target, ostudy, companions)
 
     # setup -----------------------------------------------------------------------------------
 
@@ -228,6 +296,24 @@ class StudyDriver:
             storage=storage, study_name=spec.name, direction=spec.objective.direction,
             sampler=sampler, load_if_exists=True,
         )
+
+    def _recording_study(self, spec: StudySpec) -> optuna.Study:
+        """The Optuna study of a co-measured study: it never samples (its configs come from the
+        study it is measured with), so a random sampler is enough."""
+        return optuna.create_study(
+            storage=optuna_storage(self.store.url), study_name=spec.name,
+            direction=spec.objective.direction, sampler=optuna.samplers.RandomSampler(),
+            load_if_exists=True)
+
+    def _recover_recording(self, companion: _Companion) -> None:
+        """A co-measured study's trials are written after their measurement, so a killed driver
+        leaves at most one half-written; fail it (its config is re-queued in the leading study)."""
+        for frozen in companion.ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            companion.ostudy.tell(frozen.number, state=TrialState.FAIL)
+        for rec in self.store.trials_of_study(companion.study.id or 0, [TrialStatus.RUNNING]):
+            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
+                                  error_type="interrupted",
+                                  error="the driver died while this trial was being recorded")
 
     @staticmethod
     def _spec_of(study: StudyRecord, n_trials: int | None) -> StudySpec:
@@ -296,16 +382,18 @@ class StudyDriver:
     # the loop --------------------------------------------------------------------------------
 
     def _loop(self, spec: StudySpec, study: StudyRecord, target: Target,
-              ostudy: optuna.Study) -> StudyResult:
+              ostudy: optuna.Study, companions: list[_Companion]) -> StudyResult:
         space = target.space()
         finished = list(TrialStatus.FINISHED)
         done = self.store.count_trials(study.id or 0, finished)
         best = self._best(study, spec.objective)
         self.reporter.started(study, done, spec.n_trials)
-        self.store.set_study_status(study.id or 0, StudyStatus.RUNNING)
+        studies = [study, *(c.study for c in companions)]
+        for one in studies:
+            self.store.set_study_status(one.id or 0, StudyStatus.RUNNING)
         try:
             while done < spec.n_trials:
-                rec = self._run_one(spec, study, target, space, ostudy)
+                rec = self._run_one(spec, study, target, space, ostudy, companions)
                 done += 1
                 if (rec.feasible and rec.objective_value is not None
                         and (best is None or spec.objective.is_better(
@@ -313,15 +401,17 @@ class StudyDriver:
                     best = rec
                 self.reporter.trial_finished(rec, done, best)
         except BaseException:
-            self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
+            for one in studies:
+                self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
             raise
-        self.store.set_study_status(study.id or 0, StudyStatus.FINISHED)
+        for one in studies:
+            self.store.set_study_status(one.id or 0, StudyStatus.FINISHED)
         result = self.result(study.name)
         self.reporter.finished(result)
         return result
 
     def _run_one(self, spec: StudySpec, study: StudyRecord, target: Target, space: Any,
-                 ostudy: optuna.Study) -> TrialRecord:
+                 ostudy: optuna.Study, companions: list[_Companion]) -> TrialRecord:
         otrial = ostudy.ask()
         config = suggest_config(otrial, space)
         hw = fingerprint()
@@ -350,15 +440,36 @@ class StudyDriver:
                 spec.target, config, spec.workload, self.settings.cache_dir,
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
+                co_workloads=[c.spec.workload for c in companions],
             )
         except KeyboardInterrupt:
             self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
                                   error_type="interrupted", error="interrupted by the user")
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
-        if outcome.ok and outcome.measurement is not None:
-            outcome = dataclasses.replace(
-                outcome, measurement=target.apply_slo(outcome.measurement, spec.slo))
+        outcome = _with_slo(target, outcome, spec.slo)
+        stored = self._record(spec, ostudy, otrial, rec, outcome, details)
+        co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
+        for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):
+            self._record_co_measured(companion, space, dict(otrial.params), config, hw,
+                                     _with_slo(target, co_outcome, spec.slo), co_details)
+        return stored
+
+    def _record_co_measured(self, companion: _Companion, space: Any, params: dict[str, Any],
+                            config: dict[str, Any], hw: Mapping[str, Any],
+                            outcome: TrialOutcome, details: Mapping[str, Any]) -> TrialRecord:
+        """Record one co-measured outcome as a trial of ``companion`` (Optuna and the store)."""
+        spec, ostudy = companion.spec, companion.ostudy
+        ostudy.enqueue_trial(params)
+        otrial = ostudy.ask()
+        suggest_config(otrial, space)  # replays the enqueued params into the trial
+        rec = self.store.start_trial(TrialRecord(
+            study_id=companion.study.id or 0, number=otrial.number,
+            optuna_trial_id=otrial._trial_id, target=spec.target, config=config,
+            config_hash=_config_hash(config), workload_spec=spec.workload.spec,
+            workload_hash=spec.workload.spec_hash, hardware=dict(hw),
+            hardware_key=str(hw["key"]), advisor_version=__version__, details=dict(details),
+        ))
         return self._record(spec, ostudy, otrial, rec, outcome, details)
 
     def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
@@ -414,7 +525,17 @@ class StudyDriver:
         trials = self.store.trials_of_study(study.id or 0)
         default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE
                         and t.status == TrialStatus.COMPLETE), None)
-        return StudyResult(study, trials, self._best(study, objective), default)
+        co = [self.result(n) for n in study.data_provenance.get(_CO_STUDIES, [])
+              if self.store.get_study(n) is not None]
+        return StudyResult(study, trials, self._best(study, objective), default, co)
+
+
+def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:
+    """``outcome`` with its SLO-dependent metrics recomputed for ``slo`` (Target.apply_slo)."""
+    if outcome.ok and outcome.measurement is not None:
+        return dataclasses.replace(outcome,
+                                   measurement=target.apply_slo(outcome.measurement, slo))
+    return outcome
 
 
 def _margin_records(slo: SLO, metrics: Mapping[str, float]) -> list[SLOMarginRecord]:

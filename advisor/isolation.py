@@ -8,6 +8,7 @@ SIGKILLed driver leaves no orphaned engine behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ class TrialOutcome:
     reason: str | None = None
     duration_s: float = 0.0
     exit_code: int | None = None
+    #: Outcomes of the co-measured workloads, in order (empty when none were asked for). A failure
+    #: of the trial itself fails them all with the same reason.
+    co_measured: tuple[TrialOutcome, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -75,8 +79,13 @@ def _describe_exit(code: int) -> tuple[str, str]:
 def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cache_dir: Path,
                  *, timeout_s: float, memory_limit_mb: int | None = None,
                  on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
-                 env: Mapping[str, str] | None = None) -> TrialOutcome:
+                 env: Mapping[str, str] | None = None,
+                 co_workloads: Sequence[Workload] = ()) -> TrialOutcome:
     """Run ``target`` on ``config`` in a child process and return its outcome.
+
+    ``co_workloads`` are measured after ``workload`` in the same child with the same config
+    (:meth:`Target.run_series`: a server target starts its engine once for all of them); their
+    outcomes come back in :attr:`TrialOutcome.co_measured`.
 
     ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
@@ -87,7 +96,7 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
         request, result, log = tmpdir / "request.json", tmpdir / "result.json", tmpdir / "log.txt"
         request.write_text(json.dumps({
             "target": target, "config": dict(config), "workload": workload.spec,
-            "cache_dir": str(cache_dir),
+            "co_workloads": [w.spec for w in co_workloads], "cache_dir": str(cache_dir),
         }))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         with log.open("wb") as log_file:
@@ -104,19 +113,45 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
         elapsed = time.monotonic() - start
         if code is None:
             kill_process_group(proc)
-            return TrialOutcome("failed", error_type="timeout", duration_s=elapsed,
-                                reason=f"trial exceeded its {timeout_s:g} s timeout and was "
-                                       f"killed\n--- log tail ---\n{_tail(log)}".rstrip())
-        if result.exists():
-            data = json.loads(result.read_text())
-            if data["status"] == "complete":
-                return TrialOutcome("complete", Measurement.from_dict(data["measurement"]),
-                                    duration_s=elapsed, exit_code=code)
-            return TrialOutcome("failed", error_type=data["error_type"], reason=data["reason"],
-                                duration_s=elapsed, exit_code=code)
-        error_type, why = _describe_exit(code)
-        return TrialOutcome("failed", error_type=error_type, duration_s=elapsed, exit_code=code,
-                            reason=f"trial process {why}\n--- log tail ---\n{_tail(log)}".rstrip())
+        outcome = _read_outcome(result, log, code, elapsed, timeout_s)
+    return _with_co_measured(outcome, len(co_workloads))
+
+
+def _read_outcome(result: Path, log: Path, code: int | None, elapsed: float,
+                  timeout_s: float) -> TrialOutcome:
+    """The child's outcome from RESULT, or why there is none (timeout, crash)."""
+    if code is None:
+        return TrialOutcome("failed", error_type="timeout", duration_s=elapsed,
+                            reason=f"trial exceeded its {timeout_s:g} s timeout and was "
+                                   f"killed\n--- log tail ---\n{_tail(log)}".rstrip())
+    if result.exists():
+        data = json.loads(result.read_text())
+        if data["status"] == "complete":
+            co = tuple(_co_outcome(item) for item in data.get("co_measured", []))
+            return TrialOutcome("complete", Measurement.from_dict(data["measurement"]),
+                                duration_s=elapsed, exit_code=code, co_measured=co)
+        return TrialOutcome("failed", error_type=data["error_type"], reason=data["reason"],
+                            duration_s=elapsed, exit_code=code)
+    error_type, why = _describe_exit(code)
+    return TrialOutcome("failed", error_type=error_type, duration_s=elapsed, exit_code=code,
+                        reason=f"trial process {why}\n--- log tail ---\n{_tail(log)}".rstrip())
+
+
+def _co_outcome(item: Mapping[str, Any]) -> TrialOutcome:
+    if item["status"] == "complete":
+        m = Measurement.from_dict(item["measurement"])
+        return TrialOutcome("complete", m, duration_s=m.duration_s)
+    return TrialOutcome("failed", error_type=item["error_type"], reason=item["reason"])
+
+
+def _with_co_measured(outcome: TrialOutcome, n: int) -> TrialOutcome:
+    """Give a failed trial's co-measured workloads its failure: none of them was measured."""
+    if n == 0 or outcome.co_measured:
+        return outcome
+    failed = TrialOutcome("failed", error_type=outcome.error_type or "error",
+                          reason=f"not measured: the trial failed ({outcome.reason or ''})",
+                          duration_s=outcome.duration_s, exit_code=outcome.exit_code)
+    return dataclasses.replace(outcome, co_measured=(failed,) * n)
 
 
 def _wait(proc: subprocess.Popen[bytes], start: float, timeout_s: float,

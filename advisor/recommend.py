@@ -13,6 +13,7 @@ now (not the SLO its study used). Only measured figures, no predictions.
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from knowledge.surrogate import (
 )
 from objectives import SLO, parse_slo
 from objectives.registry import get_target
+from objectives.target import Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace
 
@@ -279,6 +281,18 @@ def _conservative_margins(slo: SLO, pred: Mapping[str, tuple[Any, Any, Any]], i:
     return out
 
 
+@functools.lru_cache(maxsize=32)
+def _engine(target: str) -> Target:
+    """One target instance per process: targets cache their parsed knob space."""
+    return get_target(target)
+
+
+@functools.lru_cache(maxsize=32)
+def _space(target: str) -> SearchSpace:
+    """A target's knob space, parsed once per process (answers must not re-read YAML)."""
+    return _engine(target).space()
+
+
 def _config_key(config: Mapping[str, Any]) -> str:
     return canonical_json(dict(config))
 
@@ -372,11 +386,13 @@ def _resolve_workload(ctx: ContextModels, asked: Mapping[str, Any]
 
 
 def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[str, float],
-              slo: SLO, metrics: list[str], studies: Mapping[int, str]) -> list[EvidenceTrial]:
-    X = ctx.encoder.transform([*ctx.configs, config], [*ctx.features, dict(features)])
-    scale = np.nanstd(X[:-1], axis=0)
+              slo: SLO, metrics: list[str]) -> list[EvidenceTrial]:
+    X = ctx.X_ if ctx.X_ is not None else ctx.encoder.transform(ctx.configs, ctx.features)
+    query = ctx.encoder.transform([config], [dict(features)])[0]
+    with np.errstate(all="ignore"):
+        scale = np.nanstd(X, axis=0)
     scale[~np.isfinite(scale) | (scale == 0)] = 1.0
-    diff = np.abs(X[:-1] - X[-1]) / scale
+    diff = np.abs(X - query) / scale
     diff[np.isnan(diff)] = 3.0  # a knob set on one side only: as far as a 3-sigma difference
     dist = np.sqrt((diff ** 2).mean(axis=1))
     key = _config_key(config)
@@ -384,7 +400,8 @@ def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[s
     for i in np.argsort(dist, kind="stable")[:EVIDENCE_TRIALS]:
         measured = ctx.measured[int(i)]
         out.append(EvidenceTrial(
-            trial_id=ctx.trial_ids[int(i)], study=studies.get(ctx.trial_ids[int(i)], ""),
+            trial_id=ctx.trial_ids[int(i)],
+            study=ctx.trial_studies[int(i)] if ctx.trial_studies else "",
             config=ctx.configs[int(i)],
             metrics={m: measured[m] for m in metrics if m in measured},
             workload=next((w.name for w in ctx.workloads
@@ -431,7 +448,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     Never returns a config whose conservative bound (interval end on the wrong side) violates a
     bound of the SLO. Raises :class:`UnknownTargetError` / :class:`SLOParseError` for bad input.
     """
-    engine = get_target(query.target)
+    engine = _engine(query.target)
     slo = parse_slo(query.slo)
     slo.check_metrics(query.target, engine.reported_metrics())
     objective = Objective.parse(query.objective or engine.default_objective)
@@ -476,7 +493,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             f"{ctx.workload_ranges()}; predictions there would be extrapolation",
             context=ctx.key.to_dict(), borrowed_workload=borrowed)
 
-    space = engine.space()
+    space = _space(query.target)
     failed = {_config_key(c) for c in ctx.failed_configs}
     measured = list({_config_key(c): c for c in ctx.configs}.values())
     pred = ctx.predict(measured, features, needed)
@@ -494,7 +511,6 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             "workload": features, "borrowed_workload": borrowed, "model_quality": quality,
             "candidates_considered": len(configs), "candidates_feasible": len(feasible),
             "tune_command": tune}
-    studies = _study_names(store, ctx)
     if not feasible:
         violation = [sum(max(m, 0.0) for m in _conservative_margins(slo, pred, i).values())
                      for i in range(len(configs))]
@@ -506,11 +522,11 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             status="no_feasible_config", confidence="none",
             confidence_reason=f"none of {len(configs)} candidate configs has a 90% interval "
                               "inside the SLO", closest=closest, notes=tuple(notes),
-            evidence=tuple(_evidence(ctx, configs[j], features, slo, needed, studies)), **base)
+            evidence=tuple(_evidence(ctx, configs[j], features, slo, needed)), **base)
     sign = 1.0 if objective.direction == "maximize" else -1.0
     best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
     config = configs[best]
-    evidence = _evidence(ctx, config, features, slo, needed, studies)
+    evidence = _evidence(ctx, config, features, slo, needed)
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
     workload_spec = _workload_for_launch(nearest, features)
     try:
@@ -539,17 +555,6 @@ def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objecti
 def _predicted(pred: Mapping[str, tuple[Any, Any, Any]], i: int) -> dict[str, PredictedMetric]:
     return {m: PredictedMetric(float(c[i]), float(lo[i]), float(hi[i]))
             for m, (c, lo, hi) in pred.items()}
-
-
-def _study_names(store: TrialStore, ctx: ContextModels) -> dict[int, str]:
-    names = {s.id: s.name for s in store.list_studies(ctx.key.target)}
-    ids = set(ctx.trial_ids)
-    out: dict[int, str] = {}
-    for t in store.list_trials(TrialFilter(target=ctx.key.target, status=TrialStatus.COMPLETE,
-                                           hardware_key=ctx.key.hardware_key)):
-        if t.id in ids:
-            out[int(t.id or 0)] = names.get(t.study_id, "")
-    return out
 
 
 def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float]) -> dict[str, Any]:

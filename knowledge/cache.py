@@ -23,7 +23,13 @@ from sqlmodel import select
 from advisor.errors import StoreError
 from knowledge.models import TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
-from knowledge.surrogate import ContextKey, ContextModels, context_of, fit_context
+from knowledge.surrogate import (
+    DEFAULT_FAMILY,
+    ContextKey,
+    ContextModels,
+    context_of,
+    fit_context,
+)
 
 __all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "data_key"]
 
@@ -60,7 +66,7 @@ class KnowledgeModels:
     fit_seconds: float = 0.0
 
     @classmethod
-    def fit(cls, store: TrialStore, *, family: str = "forest", score: bool = True,
+    def fit(cls, store: TrialStore, *, family: str = DEFAULT_FAMILY, score: bool = True,
             target: str | None = None) -> KnowledgeModels:
         """Fit models for every context of ``store`` (of ``target`` only, when given)."""
         started = time.perf_counter()
@@ -74,12 +80,13 @@ class KnowledgeModels:
             elif t.status == TrialStatus.FAILED:
                 failed.setdefault(context_of(t), []).append(t)
         contexts: dict[ContextKey, ContextModels] = {}
+        names = {int(s.id or 0): s.name for s in store.list_studies(target)}
         for ctx, rows in sorted(grouped.items()):
             if len(rows) < MIN_TRIALS:
                 log.info("context %s: %d trials, too few to fit", ctx.label(), len(rows))
                 continue
             contexts[ctx] = fit_context(ctx, rows, family=family, score=score,
-                                        failed=failed.get(ctx, []))
+                                        failed=failed.get(ctx, []), study_names=names)
         return cls(key, family, contexts, fit_seconds=time.perf_counter() - started)
 
     def for_target(self, target: str) -> list[ContextModels]:
@@ -107,7 +114,7 @@ class KnowledgeModels:
         return models
 
 
-def cache_path(cache_dir: Path, db_url: str, family: str = "forest") -> Path:
+def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY) -> Path:
     """Where the models of the store at ``db_url`` are cached (one file per store and family)."""
     digest = hashlib.sha256(db_url.encode()).hexdigest()[:12]
     return Path(cache_dir) / "knowledge" / f"models-{digest}-{family}.pkl"
@@ -120,7 +127,7 @@ class ModelCache:
     """
 
     def __init__(self, store: TrialStore, cache_dir: Path | None = None, *,
-                 family: str = "forest") -> None:
+                 family: str = DEFAULT_FAMILY) -> None:
         self.store, self.family = store, family
         self.path = cache_path(cache_dir, store.url, family) if cache_dir is not None else None
         self._models: KnowledgeModels | None = None

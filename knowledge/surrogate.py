@@ -22,6 +22,7 @@ import numpy as np
 from knowledge.models import TrialRecord
 
 __all__ = [
+    "DEFAULT_FAMILY",
     "FAMILIES",
     "ContextKey",
     "ContextModels",
@@ -32,14 +33,16 @@ __all__ = [
     "WorkloadPoint",
     "context_of",
     "cross_validate",
+    "derived_features",
     "fit_context",
     "metric_transform",
     "workload_features",
 ]
 
 #: Surrogate families that :class:`IntervalRegressor` implements (benchmarks/surrogates.py
-#: compares them; ``forest`` won on the shipped data and is the default).
-FAMILIES = ("forest", "hgb-quantile", "gp")
+#: compares them on the shipped data; ``linear-forest`` is the default).
+FAMILIES = ("linear-forest", "forest", "hgb-quantile", "gp")
+DEFAULT_FAMILY = "linear-forest"
 #: Nominal coverage of every prediction interval.
 COVERAGE = 0.9
 #: Metrics never modelled: counters and bookkeeping, not performance.
@@ -124,7 +127,7 @@ def workload_features(spec: Mapping[str, Any]) -> dict[str, float]:
         out["n_vectors"] = float(n_vectors)
     if isinstance(params.get("dim"), int | float):
         out["dim"] = float(params["dim"])
-    elif "n_vectors" in out and params.get("dataset", "stdlib-docs") == "stdlib-docs":
+    elif "n_vectors" in out and params.get("dataset") == "stdlib-docs":
         out["dim"] = 384.0  # the MiniLM embedder of the stdlib corpus; not a stored parameter
     if isinstance(params.get("k"), int | float) and not isinstance(params.get("k"), bool):
         out["k"] = float(params["k"])
@@ -187,6 +190,41 @@ def _inverse(kind: str, z: np.ndarray) -> np.ndarray:
 # -- features -------------------------------------------------------------------------------------
 
 
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value > 0 else None
+
+
+def derived_features(config: Mapping[str, Any], workload: Mapping[str, float]
+                     ) -> dict[str, float]:
+    """Products and ratios that serving costs are proportional to, so a (log-)linear model can
+    use them directly: vectors scanned per query (N·nprobe/nlist), the share of lists probed,
+    PQ code size, queries per thread per call; tokens/s and prefill tokens/s the arrival process
+    demands, and sequences allowed per arriving request/s."""
+    out: dict[str, float] = {}
+    nlist, nprobe, n = _num(config.get("nlist")), _num(config.get("nprobe")), \
+        _num(workload.get("n_vectors"))
+    if nlist and nprobe:
+        out["probe_fraction"] = nprobe / nlist
+        if n:
+            out["scanned_vectors"] = n * nprobe / nlist
+            out["list_size"] = n / nlist
+    if (m := _num(config.get("pq_m"))) and (bits := _num(config.get("pq_nbits"))):
+        out["pq_code_bits"] = m * bits
+    if (batch := _num(config.get("batch_size"))) and (threads := _num(config.get("threads"))):
+        out["batch_per_thread"] = batch / threads
+    rate = _num(workload.get("rate_rps"))
+    if rate:
+        if out_len := _num(workload.get("output_len")):
+            out["demand_tokens_per_s"] = rate * out_len
+        if in_len := _num(workload.get("prompt_len")):
+            out["demand_prefill_tokens_per_s"] = rate * in_len
+        if seqs := _num(config.get("max_num_seqs")):
+            out["seqs_per_rate"] = seqs / rate
+    return out
+
+
 class FeatureEncoder:
     """Knob configs plus workload features -> a float matrix, learnt from the data alone.
 
@@ -203,8 +241,8 @@ class FeatureEncoder:
     def fit(self, configs: Sequence[Mapping[str, Any]],
             workloads: Sequence[Mapping[str, float]]) -> FeatureEncoder:
         values: dict[str, list[Any]] = {}
-        for row in [*configs, *workloads]:
-            for k, v in row.items():
+        for config, wl in zip(configs, workloads, strict=True):
+            for k, v in {**config, **wl, **derived_features(config, wl)}.items():
                 values.setdefault(k, []).append(v)
         self.columns_, self.kinds_, self.categories_ = [], {}, {}
         for name in sorted(values):
@@ -233,7 +271,7 @@ class FeatureEncoder:
         out = np.full((len(configs), len(self.columns_)), np.nan)
         index = {c: i for i, c in enumerate(self.columns_)}
         for r, (config, wl) in enumerate(zip(configs, workloads, strict=True)):
-            row = {**config, **wl}
+            row = {**config, **wl, **derived_features(config, wl)}
             for name, kind in self.kinds_.items():
                 v = row.get(name)
                 if kind == "cat":
@@ -260,11 +298,40 @@ def _impute(X: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(X), -10.0, X)
 
 
+class _LinearBase:
+    """Ridge regression on standardised features; a missing (inactive) knob becomes 0 plus an
+    indicator column, so index families without a knob still get a fit."""
+
+    def fit(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> _LinearBase:
+        from sklearn.linear_model import Ridge
+
+        with np.errstate(all="ignore"):
+            self.mean_ = np.nan_to_num(np.nanmean(np.where(np.isfinite(X), X, np.nan), axis=0))
+            std = np.nan_to_num(np.nanstd(np.where(np.isfinite(X), X, np.nan), axis=0))
+        self.std_ = np.where(std > 0, std, 1.0)
+        model = Ridge(alpha=1.0).fit(self._design(X), y, sample_weight=w)
+        self.coef_, self.intercept_ = np.asarray(model.coef_), float(model.intercept_)
+        return self
+
+    def _design(self, X: np.ndarray) -> np.ndarray:
+        missing = np.isnan(X)
+        Z = np.where(missing, 0.0, (X - self.mean_) / self.std_)
+        return np.hstack([Z, missing.astype(float)])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self._design(X) @ self.coef_ + self.intercept_
+        return out
+
+
 class IntervalRegressor:
     """A point prediction plus a calibrated ``coverage`` interval, in sklearn's estimator shape.
 
     ``family``:
 
+    - ``linear-forest`` (default): as ``forest``, but each member is a ridge regression on the
+      (log) features plus a tree on its residuals. Serving figures are close to power laws in
+      their knobs and workload (latency ~ N^a · nprobe^b), which the linear part captures and
+      interpolates between measured workloads; the trees add interactions and categories.
     - ``forest``: a bootstrap ensemble of ``n_trees`` regression trees, each fitted on a
       bootstrap sample of *configs* (a config's repeated measurements are drawn together) with
       random feature subsets; the spread of the trees' predictions is the raw uncertainty, and
@@ -277,7 +344,7 @@ class IntervalRegressor:
     ``coverage`` of those residuals fall inside the interval: normalised conformal calibration.
     """
 
-    def __init__(self, *, family: str = "forest", coverage: float = COVERAGE,
+    def __init__(self, *, family: str = DEFAULT_FAMILY, coverage: float = COVERAGE,
                  calibration_folds: int = 3, n_trees: int = 48, random_state: int = 0) -> None:
         if family not in FAMILIES:
             raise ValueError(f"`family` must be one of {FAMILIES}, got {family!r}")
@@ -308,23 +375,36 @@ class IntervalRegressor:
 
     def _fit_forest(self, X: np.ndarray, y: np.ndarray, g: np.ndarray
                     ) -> tuple[list[Any], np.ndarray]:
-        """Trees on bootstrap samples of *groups* (configs), so a config's repeats are in or out
-        together; returns the trees and each row's out-of-bag mask per tree."""
+        """Members fitted on bootstrap samples of *groups* (configs), so a config's repeats are
+        in or out together; returns the members and each member's in-bag row mask."""
         from sklearn.tree import DecisionTreeRegressor
 
         rng = np.random.default_rng(self.random_state)
         uniq, inverse = np.unique(g, return_inverse=True)
-        trees, in_bag = [], np.zeros((self.n_trees, len(y)), dtype=bool)
+        members: list[Any] = []
+        in_bag = np.zeros((self.n_trees, len(y)), dtype=bool)
+        linear = self.family == "linear-forest"
         for b in range(self.n_trees):
             counts = np.bincount(rng.integers(0, len(uniq), len(uniq)), minlength=len(uniq))
             weight = counts[inverse].astype(float)
+            rows = weight > 0
+            base = _LinearBase().fit(X[rows], y[rows], weight[rows]) if linear else None
+            resid = y[rows] - (base.predict(X[rows]) if base is not None else 0.0)
             tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
                                          random_state=int(rng.integers(2**31)))
-            rows = weight > 0
-            tree.fit(X[rows], y[rows], sample_weight=weight[rows])
-            trees.append(tree)
+            tree.fit(X[rows], resid, sample_weight=weight[rows])
+            members.append((base, tree))
             in_bag[b] = rows
-        return trees, in_bag
+        return members, in_bag
+
+    @staticmethod
+    def _member_predict(member: Any, X: np.ndarray) -> np.ndarray:
+        base, tree = member
+        # The fitted tree's own array predictor: sklearn's public predict() re-validates X on
+        # every call, which costs more than the prediction on a few hundred rows.
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        out: np.ndarray = tree.tree_.predict(X32).reshape(len(X))
+        return out + base.predict(X) if base is not None else out
 
     def _fit_raw(self, X: np.ndarray, y: np.ndarray) -> Any:
         est = self._make()
@@ -337,8 +417,8 @@ class IntervalRegressor:
 
     def _predict_raw(self, est: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(centre, raw half-width > 0)."""
-        if self.family == "forest":
-            per_tree = np.stack([t.predict(X) for t in est])
+        if self.family in ("forest", "linear-forest"):
+            per_tree = np.stack([self._member_predict(m, X) for m in est])
             centre = per_tree.mean(axis=0)
             spread = per_tree.std(axis=0)
         elif self.family == "hgb-quantile":
@@ -355,7 +435,7 @@ class IntervalRegressor:
             raise ValueError(f"need >= 2 rows with matching X and y, got {X.shape}, {y.shape}")
         g = np.asarray(groups if groups is not None else np.arange(len(y))).astype(str)
         self.n_samples_ = X.shape[0]
-        if self.family == "forest":
+        if self.family in ("forest", "linear-forest"):
             trees, in_bag = self._fit_forest(X, y, g)
             self.estimator_ = trees
             self.scale_ = self._calibrate_oob(X, y, trees, in_bag)
@@ -375,7 +455,7 @@ class IntervalRegressor:
     def _calibrate_oob(self, X: np.ndarray, y: np.ndarray, trees: list[Any],
                        in_bag: np.ndarray) -> float:
         """Normalised residuals of each row against the trees that never saw its config."""
-        per_tree = np.stack([t.predict(X) for t in trees])
+        per_tree = np.stack([self._member_predict(m, X) for m in trees])
         ratios: list[float] = []
         for i in range(len(y)):
             oob = ~in_bag[:, i]
@@ -456,6 +536,8 @@ class ContextModels:
     workloads: list[WorkloadPoint]
     trial_workload: list[str]  # spec hash per trial
     fit_seconds: float = 0.0
+    trial_studies: list[str] = field(default_factory=list)  # study name per trial
+    X_: np.ndarray | None = None  # the encoded training rows, for nearest-evidence search
     failed_configs: list[dict[str, Any]] = field(default_factory=list)
 
     def predict(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
@@ -527,9 +609,9 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
     return X, y, groups, idx
 
 
-def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "forest",
-                score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = ()
-                ) -> ContextModels:
+def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
+                score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = (),
+                study_names: Mapping[int, str] | None = None) -> ContextModels:
     """Fit one model per metric on the complete trials of one context.
 
     With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
@@ -555,10 +637,12 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
                                 if isinstance(v, int | float)} for t in usable],
         workloads=_workload_points(usable), trial_workload=[t.workload_hash for t in usable],
         fit_seconds=time.perf_counter() - started,
-        failed_configs=[dict(t.config) for t in failed])
+        failed_configs=[dict(t.config) for t in failed],
+        trial_studies=[(study_names or {}).get(t.study_id, "") for t in usable],
+        X_=encoder.transform([t.config for t in usable], wl))
 
 
-def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = "forest",
+def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                    folds: int = 5, metrics: Iterable[str] | None = None
                    ) -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements

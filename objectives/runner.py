@@ -1,9 +1,9 @@
 """Child-process entry point of one trial: ``python -m objectives.runner REQUEST RESULT``.
 
-Reads the request (target, config, workload, cache dir) as JSON, runs the target, and writes the
-outcome atomically to RESULT. This is the isolation boundary: whatever the engine raises becomes a
-failed outcome with its reason; a hard crash (abort, segfault, OOM kill) leaves no RESULT and the
-parent reports the exit signal and log tail instead.
+Reads the request (target, config, workload, optional co-measured workloads, cache dir) as JSON,
+runs the target, and writes the outcome atomically to RESULT. This is the isolation boundary:
+whatever the engine raises becomes a failed outcome with its reason; a hard crash (abort,
+segfault, OOM kill) leaves no RESULT and the parent reports the exit signal and log tail instead.
 """
 
 from __future__ import annotations
@@ -58,9 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         target = get_target(request["target"])
-        workload = Workload.from_spec(request["workload"])
-        measurement = target.run(request["config"], workload, Path(request["cache_dir"]))
-        outcome: dict[str, Any] = {"status": "complete", "measurement": measurement.to_dict()}
+        workloads = [Workload.from_spec(w) for w in
+                     [request["workload"], *request.get("co_workloads", [])]]
+        cache_dir = Path(request["cache_dir"])
+        outcome: dict[str, Any]
+        if len(workloads) == 1:
+            measurement = target.run(request["config"], workloads[0], cache_dir)
+            outcome = {"status": "complete", "measurement": measurement.to_dict()}
+        else:
+            first, *rest = target.run_series(request["config"], workloads, cache_dir)
+            if isinstance(first, Exception):
+                raise first
+            outcome = {"status": "complete", "measurement": first.to_dict(),
+                       "co_measured": [_outcome_for(r) if isinstance(r, Exception) else
+                                       {"status": "complete", "measurement": r.to_dict()}
+                                       for r in rest]}
     except Exception as exc:
         outcome = _outcome_for(exc)
     outcome["duration_s"] = time.perf_counter() - start

@@ -8,7 +8,7 @@ trial inside an isolated child process, so a crash, hang or OOM in ``run`` only 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,6 +97,25 @@ class Target(ABC):
         Must raise :class:`~advisor.errors.ConfigRejectedError` for a config the engine rejects,
         with the engine's own reason. Any other exception or a crash fails the trial too.
         """
+
+    def run_series(self, config: Mapping[str, Any], workloads: Sequence[Workload],
+                   cache_dir: Path) -> list[Measurement | Exception]:
+        """Measure ``config`` under each of ``workloads`` in turn (one trial, several workloads).
+
+        The first workload is the trial's own: its failure raises, exactly as in :meth:`run`. A
+        later workload's failure is returned in its place, so what was measured is kept. This
+        default calls :meth:`run` per workload; a target whose engine is expensive to start (a
+        server) overrides it to start the engine once and measure every workload against it.
+        """
+        if not workloads:
+            raise ValueError("run_series needs at least one workload")
+        results: list[Measurement | Exception] = [self.run(config, workloads[0], cache_dir)]
+        for workload in workloads[1:]:
+            try:
+                results.append(self.run(config, workload, cache_dir))
+            except Exception as exc:  # the isolation boundary: a later workload fails alone
+                results.append(exc)
+        return results
 
     def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:
         """Adjust SLO-dependent metrics after a trial, in the driver's process (``run`` never sees

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from advisor.errors import ConfigRejectedError
+from advisor.errors import ConfigRejectedError, WorkloadError
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload
@@ -86,8 +86,12 @@ class ScriptedTarget(Target):
         if os.environ.get("SCRIPTED_ALLOCATE_MB"):
             blob = bytearray(int(os.environ["SCRIPTED_ALLOCATE_MB"]) * 2**20)
             del blob
+        if workload.params.get("fail"):  # a workload this "engine" cannot run
+            raise WorkloadError(f"scripted failure of workload {workload.name!r}")
         time.sleep(float(workload.params.get("delay_s", 0.0)))
-        return Measurement(response(config), self.engine_versions(), {"pid": os.getpid()})
+        metrics = response(config)
+        metrics["qps"] *= float(workload.params.get("qps_scale", 1.0))  # a heavier/lighter load
+        return Measurement(metrics, self.engine_versions(), {"pid": os.getpid()})
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         return "scripted " + " ".join(f"--{k} {v}" for k, v in config.items())

@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -177,17 +177,40 @@ class ServingTarget(GoodputFromSLO, Target):
     # -- one trial ------------------------------------------------------------------------------
 
     def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        result = self.run_series(config, [workload], cache_dir)[0]
+        if isinstance(result, Exception):  # never: the first workload's failure raises
+            raise result
+        return result
+
+    def run_series(self, config: Mapping[str, Any], workloads: Sequence[Workload],
+                   cache_dir: Path) -> list[Measurement | Exception]:
+        """Start the server once with ``config`` and measure each workload against it in turn.
+
+        Every workload must run the first one's model within its context length (the server is
+        started for the first). Each measurement sends its own warm-up requests first; the
+        start-up time is recorded with each, as ``startup_s``, with ``series_index``.
+        """
+        if not workloads:
+            raise ValueError("run_series needs at least one workload")
         started = time.perf_counter()
         spec = self.engine_server
         self.check_available()
-        self._check_kind(workload)
-        served = self.load_served(workload, cache_dir)
+        for workload in workloads:
+            self._check_kind(workload)
+        series = [self.load_served(workload, cache_dir) for workload in workloads]
+        served = series[0]
         max_model_len = served.max_model_len()
+        for other, workload in zip(series[1:], workloads[1:], strict=True):
+            if other.model.path != served.model.path or other.max_model_len() > max_model_len:
+                raise WorkloadError(
+                    f"workload {workload.name!r} cannot share the server of {workloads[0].name!r}"
+                    f": it needs the same model and at most {max_model_len} tokens of context")
         clean = self.validate_config(config)
         self.reject_infeasible(clean, max_model_len)
         version = self.installed_version()
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
+        measured: list[tuple[dict[str, float], dict[str, Any], float] | Exception] = []
         with tempfile.TemporaryDirectory(prefix=f"advisor-{spec.scratch_name}-") as tmp:
             args, launch_details = self.server_argv(
                 clean, served, port=port, engine_version=version, max_model_len=max_model_len,
@@ -207,27 +230,52 @@ class ServingTarget(GoodputFromSLO, Target):
                         raise ConfigRejectedError(
                             f"{spec.label} rejected the configuration: {reason}") from None
                     raise
-                metrics, details = measure_endpoint(
-                    base_url, self.served_model_name(served), served,
-                    extra_body={"ignore_eos": True})
-                peak = gpu_memory_mb(process_tree(server.pid or 0))
+                for index, one in enumerate(series):
+                    began = started if index == 0 else time.perf_counter()
+                    try:
+                        if server.returncode is not None:
+                            raise EngineStartError(
+                                f"{spec.process_name} exited (code {server.returncode}) before "
+                                f"workload {workloads[index].name!r} was measured")
+                        metrics, details = measure_endpoint(
+                            base_url, self.served_model_name(one), one,
+                            extra_body={"ignore_eos": True})
+                    except Exception as exc:
+                        if index == 0:
+                            raise
+                        measured.append(exc)  # a later workload fails alone; keep the rest
+                        continue
+                    peak = gpu_memory_mb(process_tree(server.pid or 0))
+                    if peak is not None:
+                        metrics["peak_memory_mb"] = peak
+                    measured.append((metrics, details, time.perf_counter() - began))
                 log = server.log_tail(spec.log_read_chars)
-        if peak is not None:
-            metrics["peak_memory_mb"] = peak
         facts = self.log_facts(log)
         versions = self.engine_versions()
         if self.engine not in versions and "engine_version_reported" in facts:
             versions[self.engine] = facts["engine_version_reported"]  # e.g. a container's engine
         log_tail = self.log_to_store(log)
-        details.update({
+        common = {
             "argv": argv, **launch_details, "engine_version": version or versions.get(self.engine),
             "model": served.model.label, "model_path": str(served.model.path),
             "dummy_weights": served.model.dummy_weights, "max_model_len": max_model_len,
             "startup_s": startup_s, **facts, "engine_log_tail": log_tail,
             "engine_log_tail_chars": len(log_tail),
-        })
-        return Measurement(metrics=metrics, engine_versions=versions, details=details,
-                           duration_s=time.perf_counter() - started)
+        }
+        if len(series) > 1:
+            common["series"] = [w.name for w in workloads]
+        results: list[Measurement | Exception] = []
+        for index, item in enumerate(measured):
+            if isinstance(item, Exception):
+                results.append(item)
+                continue
+            metrics, details, duration_s = item
+            details.update(common)
+            if len(series) > 1:
+                details["series_index"] = index
+            results.append(Measurement(metrics=metrics, engine_versions=versions,
+                                       details=details, duration_s=duration_s))
+        return results
 
     # -- hooks of a target that starts its server -----------------------------------------------
 

@@ -54,6 +54,7 @@ __all__ = [
     "LengthDist",
     "SharedPrefixSpec",
     "TraceEntry",
+    "at_rate",
     "cpu_scaled",
     "generate_requests",
     "generate_warmup_requests",
@@ -594,3 +595,26 @@ def cpu_scaled(workload: Workload) -> Workload:
                     arrival=arrival, prompt_len=prompt, output_len=output, shared_prefix=shared)
     name = workload.name if workload.name.endswith("-cpu") else f"{workload.name}-cpu"
     return Workload(KIND, name, small.to_params())
+
+
+def at_rate(workload: Workload, rate_rps: float, *, seed_offset: int) -> Workload:
+    """``workload`` at another Poisson/gamma arrival rate, to measure beside it on the same engine.
+
+    The arrival window stays the same (``n_requests`` scales with the rate, at least 1) and the
+    seed moves by ``seed_offset`` so the prompts differ from the original's: measured one after the
+    other on one server, the second workload must not find the first one's prompts in the prefix
+    cache. The name gains ``@<rate>rps``.
+    """
+    spec = LLMWorkloadSpec.from_workload(workload)
+    if spec.arrival.process not in ("poisson", "gamma"):
+        raise WorkloadError(f"another arrival rate needs a poisson or gamma workload, but "
+                            f"{workload.name!r} arrives by {spec.arrival.process!r}")
+    rate = _positive(rate_rps, "rate_rps")
+    if seed_offset < 1:
+        raise WorkloadError(f"`seed_offset >= 1` must hold, but got {seed_offset=}")
+    assert spec.arrival.rate_rps is not None
+    n_requests = max(1, round(spec.n_requests * rate / spec.arrival.rate_rps))
+    moved = replace(spec, n_requests=n_requests, seed=spec.seed + seed_offset,
+                    arrival=replace(spec.arrival, rate_rps=rate))
+    return Workload(KIND, f"{workload.name}@{rate:g}rps", moved.to_params())
+

@@ -49,7 +49,7 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
         else:
             assert t["error"]  # failed trials keep their reason
 
-    rec = advisor("recommend", "--target", "faiss", "--slo", SLO, "--json", env=env)
+    rec = advisor("recommend", "--target", "faiss", "--slo", SLO, "--measured", "--json", env=env)
     answer = json.loads(rec.stdout)
     feasible = [t for t in trials if t["feasible"]]
     if feasible:
@@ -61,7 +61,7 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
     else:
         assert rec.returncode == 1 and "advisor tune" in answer["tune_command"]
 
-    impossible = advisor("recommend", "--target", "faiss", "--slo",
+    impossible = advisor("recommend", "--target", "faiss", "--measured", "--slo",
                          "p95_latency_ms<=0.000001,recall_at_10>=0.9", env=env)
     assert impossible.returncode == 1
     assert "No measured faiss config meets" in impossible.stdout
@@ -89,7 +89,7 @@ def test_targets_lists_knobs_and_help_is_readable(env: dict[str, str]) -> None:
     faiss = next(t for t in listed if t["name"] == "faiss")
     assert {"nlist", "nprobe", "pq_m", "pq_nbits", "hnsw_m", "ef_construction", "ef_search",
             "batch_size", "threads"} <= {k["name"] for k in faiss["knobs"]}
-    for command in ("tune", "trials", "recommend", "targets", "studies"):
+    for command in ("tune", "trials", "recommend", "targets", "studies", "cheatsheet"):
         helped = advisor(command, "--help", env=env)
         assert helped.returncode == 0 and "Usage" in helped.stdout
 

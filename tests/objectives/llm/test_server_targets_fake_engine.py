@@ -5,6 +5,8 @@ it; the openai target measures a server that is already running."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +15,10 @@ from typing import Any
 import psutil
 import pytest
 
+from advisor.errors import WorkloadError
 from advisor.isolation import run_isolated
 from objectives.llm.server import ManagedServer, free_port
-from objectives.llm.workload import load_preset
+from objectives.llm.workload import at_rate, load_preset
 from objectives.target import Target
 from objectives.targets.openai_target import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAITarget
 from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
@@ -161,3 +164,54 @@ def test_a_vllm_study_stores_per_request_samples_and_slo_goodput(
                                         bounds_ms={"ttft_ms": 5000.0, "tpot_ms": 1.0})
         assert t.metrics["goodput_requests_per_s"] == pytest.approx(expected)
         assert t.metrics["goodput_requests_per_s"] < t.metrics["requests_per_s"]
+
+
+def test_vllm_series_measures_every_workload_on_one_server_start(fake_vllm: Path,
+                                                                  tmp_path: Path) -> None:
+    base = small_workload()
+    faster = at_rate(base, 100.0, seed_offset=1)
+    first, second = VllmTarget().run_series({"max_num_seqs": 8}, [base, faster],
+                                            tmp_path / "cache")
+    assert not isinstance(first, Exception) and not isinstance(second, Exception)
+    assert first.details["argv"] == second.details["argv"]  # one server: the same port
+    assert first.details["startup_s"] == second.details["startup_s"]
+    assert (first.details["series_index"], second.details["series_index"]) == (0, 1)
+    assert first.details["series"] == ["chat", "chat@100rps"]
+    assert (first.details["n_requests"], second.details["n_requests"]) == (6, 12)
+    assert first.metrics["failed_requests"] == second.metrics["failed_requests"] == 0
+    bodies = [json.loads(line)["body"] for line in fake_vllm.read_text().splitlines()]
+    assert len(bodies) == 2 + 6 + 2 + 12  # each measurement sends its own warm-up first
+
+
+def test_vllm_series_refuses_workloads_that_need_another_server(fake_vllm: Path,
+                                                                tmp_path: Path) -> None:
+    other_model = small_workload().with_params(model="llama-3.2-1b")
+    with pytest.raises(WorkloadError, match="cannot share the server"):
+        VllmTarget().run_series({}, [small_workload(), other_model], tmp_path / "cache")
+
+
+def test_cli_also_rate_records_a_study_per_rate(fake_vllm: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+           "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "0",
+           "COLUMNS": "200"}
+    arrival = '{"process":"poisson","rate_rps":50}'
+    tune = subprocess.run(
+        [sys.executable, "-m", "advisor", "tune", "--target", "vllm", "--model", "tiny-llama",
+         "--workload-param", "n_requests=6", "--workload-param", "warmup_requests=1",
+         "--workload-param", f"arrival={arrival}", "--workload-param",
+         'output_len={"dist":"fixed","value":4}', "--name", "fake", "--trials", "2",
+         "--seed", "0", "--also-rate", "25", "--also-rate", "100", "--json"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert tune.returncode == 0, tune.stderr
+    summary = json.loads(tune.stdout)
+    assert [c["study"] for c in summary["co_measured"]] == ["fake@25rps", "fake@100rps"]
+    assert all(c["complete"] + c["failed"] == 2 for c in summary["co_measured"])
+    trials = json.loads(subprocess.run(
+        [sys.executable, "-m", "advisor", "trials", "--study", "fake@100rps", "--json"],
+        env=env, capture_output=True, text=True, timeout=120).stdout)
+    assert len(trials) == 2
+    assert trials[0]["workload_spec"]["params"]["arrival"]["rate_rps"] == 100
+    wrong = subprocess.run(
+        [sys.executable, "-m", "advisor", "tune", "--target", "faiss", "--also-rate", "5",
+         "--trials", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode != 0 and "--also-rate needs an 'llm-serving' workload" in wrong.stderr

@@ -16,6 +16,7 @@ from objectives.llm.workload import (
     KIND,
     PRESETS,
     LLMWorkloadSpec,
+    at_rate,
     cpu_scaled,
     generate_requests,
     generate_warmup_requests,
@@ -264,3 +265,29 @@ def test_missing_required_fields_are_named() -> None:
 def test_vocab_must_leave_room_for_ordinary_tokens() -> None:
     with pytest.raises(WorkloadError, match="vocab_size"):
         generate_requests(spec(), N_SPECIAL_TOKENS)
+
+
+def test_at_rate_keeps_the_window_and_draws_other_prompts() -> None:
+    base = load_preset("chat", n_requests=400, arrival={"process": "poisson", "rate_rps": 40.0})
+    faster = at_rate(base, 120.0, seed_offset=1)
+    spec, fast_spec = LLMWorkloadSpec.from_workload(base), LLMWorkloadSpec.from_workload(faster)
+    assert faster.name == "chat@120rps" and faster.spec_hash != base.spec_hash
+    assert fast_spec.arrival.rate_rps == 120.0 and fast_spec.n_requests == 1200
+    assert fast_spec.seed == spec.seed + 1
+    assert (fast_spec.prompt_len, fast_spec.output_len) == (spec.prompt_len, spec.output_len)
+    a, b = generate_requests(spec, 32000), generate_requests(fast_spec, 32000)
+    assert a[0].prompt_token_ids != b[0].prompt_token_ids  # no prefix-cache hits from the first
+    window = (a[-1].arrival_s, b[-1].arrival_s)
+    assert window[1] == pytest.approx(window[0], rel=0.15)
+    assert at_rate(base, 0.01, seed_offset=2).params["n_requests"] == 1  # at least one request
+
+
+def test_at_rate_refuses_what_has_no_rate() -> None:
+    closed = load_preset("chat", arrival={"process": "concurrency", "concurrency": 4})
+    with pytest.raises(WorkloadError, match="poisson or gamma"):
+        at_rate(closed, 10.0, seed_offset=1)
+    base = load_preset("chat")
+    with pytest.raises(WorkloadError, match="rate_rps"):
+        at_rate(base, 0.0, seed_offset=1)
+    with pytest.raises(WorkloadError, match="seed_offset >= 1"):
+        at_rate(base, 10.0, seed_offset=0)

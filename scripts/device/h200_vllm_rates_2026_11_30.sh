@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The H200 rate-sweep studies of 2026-11-30 (second set), as run through the device tool on
+# nvidia-h200-x2 (carry .vllm-h200 and .whl). Each trial starts `vllm serve` once and measures
+# its config at four Poisson rates (`--also-rate`), so one engine start (~60-130 s) yields four
+# trials, one per rate, each in the study of its rate. Random-weight models of the Llama-3-8B
+# (GPU 0) and Llama-3.2-1B (GPU 1) shapes, the `chat` workload, an 8-second arrival window per
+# rate. RUN names the call's studies and seeds their samplers; the first run also measures vLLM's
+# defaults; TRANSFORMERS=N adds an N-trial transformers study on GPU 1 after the vLLM one.
+# Trials land in $OUT/trials-gpu<i>.jsonl.
+#
+#   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=380 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+RUN=${RUN:-a}
+SEED=$(( $(printf '%d' "'$RUN") - 96 ))   # a -> 1, b -> 2, ...
+DEFAULT=--include-default
+[ "$RUN" = a ] || DEFAULT=--no-include-default
+COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT"
+poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
+STUDIES=(
+  "GPU=0 $COMMON --model llama-3-8b --trials ${VLLM_TRIALS_8B:-40} --name h200-vllm-8b-chat-45rps-$RUN --workload-param n_requests=360 --workload-param $(poisson 45) --also-rate 15 --also-rate 30 --also-rate 60"
+  "${VLLM_1B_GPU:-GPU=1} $COMMON --model llama-3.2-1b --trials ${VLLM_TRIALS_1B:-40} --name h200-vllm-1b-chat-90rps-$RUN --workload-param n_requests=720 --workload-param $(poisson 90) --also-rate 30 --also-rate 60 --also-rate 120"
+)
+[ "${VLLM_TRIALS_1B:-40}" -gt 0 ] || unset 'STUDIES[1]'
+if [ "${TRANSFORMERS:-0}" -gt 0 ]; then
+  STUDIES+=("GPU=1 --target transformers --slo ttft_p95_ms<=300,tpot_p95_ms<=40 --model llama-3.2-1b --workload chat --sampler tpe --seed $SEED --timeout 300 --trials $TRANSFORMERS --name h200-transformers-1b-chat-4rps-$RUN --workload-param n_requests=64 --workload-param $(poisson 4)")
+fi
+bash scripts/device/run_study.sh "${STUDIES[@]}"

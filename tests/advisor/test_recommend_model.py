@@ -1,0 +1,139 @@
+"""The model-based recommender: never answers with a config whose conservative bound violates the
+SLO, is held against held-out measurements, and flags questions outside its data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from advisor.errors import SLOParseError, UnknownTargetError
+from advisor.evaluation import holdout_feasibility
+from advisor.recommend import RecommendationQuery, recommend
+from knowledge import TrialStore
+from knowledge.cache import KnowledgeModels
+from knowledge.surrogate import context_of
+from objectives import parse_slo
+from tests.knowledge.synthetic_trials import HARDWARE, populate, truth
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
+    s = TrialStore(f"sqlite:///{tmp_path_factory.mktemp('rec') / 'k.db'}")
+    populate(s, n_configs=40, sizes=(1000, 2000, 4000), repeats=2)
+    return s
+
+
+@pytest.fixture(scope="module")
+def models(store: TrialStore) -> KnowledgeModels:
+    return KnowledgeModels.fit(store)
+
+
+def ask(store: TrialStore, models: KnowledgeModels, slo: str, **kw: object):  # type: ignore[no-untyped-def]
+    return recommend(store, RecommendationQuery(target="scripted", slo=slo, **kw),  # type: ignore[arg-type]
+                     models=models)
+
+
+SLOS = ["p95_latency_ms<=0.5", "p95_latency_ms<=1,recall_at_10>=0.8",
+        "p95_latency_ms<=0.3,recall_at_10>=0.7", "recall_at_10>=0.9", "p95_latency_ms<=2"]
+
+
+@pytest.mark.parametrize("slo", SLOS)
+@pytest.mark.parametrize("n_vectors", [1000, 2000, 3000])
+def test_conservative_bound_of_the_answer_meets_the_slo(store: TrialStore,
+                                                        models: KnowledgeModels, slo: str,
+                                                        n_vectors: int) -> None:
+    rec = ask(store, models, slo, workload={"n_vectors": n_vectors})
+    assert rec.status in ("recommended", "no_feasible_config")
+    bounds = parse_slo(slo).bounds
+    if rec.status == "recommended":
+        assert rec.config is not None and rec.launch_command
+        for b in bounds:
+            p = rec.predicted[b.metric]
+            assert p.low <= p.value <= p.high
+            assert b.holds(p.high if b.op == "<=" else p.low), (b, p)
+        assert all(m <= 0 for m in rec.conservative_margins.values())
+        # and the truth agrees: the surface is known
+        true = truth(rec.config, n_vectors)
+        slack = 1.15  # measurement noise is 4 %; the interval is conservative, not exact
+        for b in bounds:
+            v = true[b.metric]
+            assert (v <= b.threshold * slack) if b.op == "<=" else (v >= b.threshold / slack)
+        assert rec.evidence and rec.confidence in ("high", "medium", "low")
+        d = rec.to_dict()
+        json.dumps(d)
+        assert d["predicted"][bounds[0].metric]["basis"] == "predicted"
+    else:
+        assert rec.config is None and rec.confidence == "none" and rec.tune_command
+
+
+def test_impossible_slo_is_no_feasible_config_with_a_tune_command(
+        store: TrialStore, models: KnowledgeModels) -> None:
+    rec = ask(store, models, "p95_latency_ms<=0.001", workload={"n_vectors": 2000})
+    assert rec.status == "no_feasible_config" and rec.config is None
+    assert rec.closest is not None and rec.tune_command.startswith("advisor tune --target scripted")
+
+
+def test_held_out_feasible_but_infeasible_rate_is_low(store: TrialStore) -> None:
+    trials = store.list_trials()
+    slos = [parse_slo(s) for s in SLOS]
+    audit = holdout_feasibility(context_of(trials[0]), trials, slos=slos, folds=5)
+    assert audit.pairs == len(trials) * len(slos)
+    assert audit.predicted_feasible > 20  # the filter is not vacuous
+    rate = audit.false_feasible_rate
+    assert rate is not None and rate <= 0.1, audit.to_dict()
+    assert audit.recommendations > 0
+    assert (audit.recommendation_infeasible_rate or 0.0) <= 0.2
+    print(f"held-out false-feasible rate: {rate:.1%} of {audit.predicted_feasible}")
+
+
+def test_other_hardware_is_not_covered(store: TrialStore, models: KnowledgeModels) -> None:
+    rec = ask(store, models, "p95_latency_ms<=1", hardware="nvidia-h100")
+    assert rec.status == "not_covered" and rec.confidence == "none" and rec.config is None
+    assert HARDWARE in rec.confidence_reason
+    assert rec.tune_command and rec.tune_command.startswith("advisor tune --target scripted")
+
+
+def test_other_model_is_not_covered(store: TrialStore, models: KnowledgeModels) -> None:
+    rec = ask(store, models, "p95_latency_ms<=1", model="llama-3-70b")
+    assert rec.status == "not_covered" and "llama-3-70b" in rec.confidence_reason
+
+
+def test_far_workload_is_not_covered(store: TrialStore, models: KnowledgeModels) -> None:
+    rec = ask(store, models, "p95_latency_ms<=1", workload={"n_vectors": 1_000_000})
+    assert rec.status == "not_covered" and rec.config is None
+    assert rec.borrowed_workload is not None  # names the nearest measured workload
+    assert "n_base=1000000" in (rec.tune_command or "")
+
+
+def test_close_workload_is_borrowed_and_named(store: TrialStore, models: KnowledgeModels
+                                              ) -> None:
+    rec = ask(store, models, "p95_latency_ms<=2", workload={"n_vectors": 5000})
+    assert rec.status == "recommended"
+    assert rec.borrowed_workload is not None
+    assert rec.borrowed_workload["name"] == "scripted-4000"
+    assert math.isclose(rec.borrowed_workload["factor"], 1.25, rel_tol=1e-3)
+    assert rec.confidence in ("low", "medium")
+    exact = ask(store, models, "p95_latency_ms<=2", workload={"n_vectors": 4000})
+    assert exact.borrowed_workload is None
+
+
+def test_bad_input_raises_advisor_errors(store: TrialStore, models: KnowledgeModels) -> None:
+    with pytest.raises(UnknownTargetError):
+        recommend(store, RecommendationQuery(target="nope", slo="qps>=1"), models=models)
+    with pytest.raises(SLOParseError):
+        ask(store, models, "p95_latency_ms<=")
+    with pytest.raises(SLOParseError):
+        ask(store, models, "ttft_p95_ms<=100")  # not a metric the scripted target reports
+
+
+def test_recommend_fits_on_demand_without_models(tmp_path: Path) -> None:
+    s = TrialStore(f"sqlite:///{tmp_path / 'k.db'}")
+    populate(s, n_configs=12, sizes=(2000,), repeats=1)
+    rec = recommend(s, RecommendationQuery(target="scripted", slo="p95_latency_ms<=5"))
+    assert rec.status == "recommended"
+    empty = TrialStore(f"sqlite:///{tmp_path / 'e.db'}")
+    none = recommend(empty, RecommendationQuery(target="scripted", slo="p95_latency_ms<=5"))
+    assert none.status == "not_covered" and none.tune_command

@@ -1,0 +1,93 @@
+"""End to end on the shipped knowledge, as a user runs it: `knowledge fit`, `knowledge eval`,
+model-based `recommend` (with --explain and --json) and `cheatsheet` in all three formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge.transfer import SHIPPED_DIR
+
+
+def advisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("knowledge-e2e")
+    e = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp / 'k.db'}",
+         "ADVISOR_CACHE_DIR": str(tmp / "cache"), "COLUMNS": "200"}
+    fit = advisor("knowledge", "fit", "--target", "vllm", "--json", env=e)
+    assert fit.returncode == 0, fit.stderr
+    summary = json.loads(fit.stdout)
+    assert summary["contexts"] and all(s["mape"] is None or s["mape"] >= 0
+                                       for s in summary["scores"])
+    return e
+
+
+def test_eval_prints_held_out_error_per_metric(env: dict[str, str]) -> None:
+    ev = advisor("knowledge", "eval", "--target", "vllm", "--json", env=env)
+    assert ev.returncode == 0, ev.stderr
+    scores = json.loads(ev.stdout)["scores"]
+    metrics = {s["metric"] for s in scores}
+    assert {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s"} <= metrics
+    for s in scores:
+        assert s["configs"] <= s["n"]
+        if s["interval_coverage"] is not None:
+            assert 0 <= s["interval_coverage"] <= 1
+    table = advisor("knowledge", "eval", "--target", "vllm", env=env)
+    assert "MAPE" in table.stdout and "ttft_p95_ms" in table.stdout
+
+
+def test_recommend_is_model_based_and_explains(env: dict[str, str]) -> None:
+    args = ["recommend", "--target", "vllm", "--hardware", "h200", "--model", "llama-3-8b",
+            "--slo", "ttft_p95_ms<=100000,tpot_p95_ms<=200", "--rate-rps", "60"]
+    rec = advisor(*args, "--json", env=env)
+    answer = json.loads(rec.stdout)
+    assert answer["basis"] == "model" and answer["context"]["model"] == "llama-3-8b"
+    assert answer["status"] in ("recommended", "no_feasible_config")
+    assert (rec.returncode == 0) == (answer["status"] == "recommended")
+    if answer["status"] == "recommended":
+        assert answer["launch_command"].startswith("vllm serve meta-llama/Meta-Llama-3-8B")
+        for metric in ("ttft_p95_ms", "tpot_p95_ms"):
+            p = answer["predicted"][metric]
+            assert p["basis"] == "predicted" and p["low"] <= p["value"] <= p["high"]
+    assert answer["evidence"] and all("measured" in e for e in answer["evidence"])
+    explained = advisor(*args, "--explain", env=env)
+    assert "nearest measured trials" in explained.stdout
+
+
+def test_recommend_flags_uncovered_hardware(env: dict[str, str]) -> None:
+    rec = advisor("recommend", "--target", "vllm", "--hardware", "mi300x", "--slo",
+                  "ttft_p95_ms<=300", "--json", env=env)
+    answer = json.loads(rec.stdout)
+    assert rec.returncode == 1 and answer["status"] == "not_covered"
+    assert answer["confidence"] == "none" and answer["tune_command"].startswith("advisor tune")
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+def test_cheatsheet_renders_from_shipped_data(env: dict[str, str], tmp_path: Path,
+                                              fmt: str) -> None:
+    out = tmp_path / f"sheet.{fmt}"
+    res = advisor("cheatsheet", "--target", "vllm", "--format", fmt, "-o", str(out), env=env)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    if fmt == "json":
+        data = json.loads(text)
+        assert data["rows"] and {r["tier"] for r in data["rows"]} == {
+            "interactive", "standard", "throughput"}
+    elif fmt == "html":
+        assert "<svg" in text and "<script" not in text
+    else:
+        assert "| workload | tier |" in text and "Rules of thumb" in text
+
+
+def test_shipped_data_is_present() -> None:
+    assert any(SHIPPED_DIR.glob("h200-vllm-*.jsonl"))

@@ -1,0 +1,112 @@
+"""Surrogate models: calibrated intervals, held-out accuracy on a known surface, grouped CV,
+transforms that keep predictions physical, and the model cache's freshness rules."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge import TrialStore
+from knowledge.cache import KnowledgeModels, ModelCache, data_key
+from knowledge.surrogate import (
+    FeatureEncoder,
+    IntervalRegressor,
+    context_of,
+    cross_validate,
+    fit_context,
+    workload_features,
+)
+from tests.knowledge.synthetic_trials import populate, random_config, truth
+
+
+@pytest.fixture
+def syn_store(tmp_path: Path) -> TrialStore:
+    store = TrialStore(f"sqlite:///{tmp_path / 'k.db'}")
+    populate(store)
+    return store
+
+
+def test_workload_features_read_llm_and_vector_specs() -> None:
+    llm = {"kind": "llm-serving", "params": {"arrival": {"process": "poisson", "rate_rps": 60},
+                                             "prompt_len": {"median": 256}, "output_len": 128}}
+    assert workload_features(llm) == {"rate_rps": 60.0, "prompt_len": 256.0, "output_len": 128.0}
+    vec = {"kind": "vector-search", "params": {"dataset": "stdlib-docs", "n_base": 8000, "k": 10}}
+    assert workload_features(vec) == {"n_vectors": 8000.0, "dim": 384.0, "k": 10.0}
+    assert workload_features({"n_vectors": 5e4, "dim": 128}) == {"n_vectors": 5e4, "dim": 128.0}
+
+
+def test_encoder_marks_inactive_knobs_missing_and_one_hots_strings() -> None:
+    enc = FeatureEncoder().fit([{"mode": "a", "y": 4}, {"mode": "b", "y": 8, "z": 2}], [{}, {}])
+    X = enc.transform([{"mode": "a", "y": 4}], [{}])
+    row = dict(zip(enc.columns_, X[0], strict=True))
+    assert row["mode=a"] == 1.0 and row["mode=b"] == 0.0
+    assert math.isclose(row["y"], math.log(4)) and math.isnan(row["z"])
+
+
+@pytest.mark.parametrize("family", ["forest", "gp"])
+def test_intervals_are_ordered_and_cover_held_out_points(family: str) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, size=(160, 3))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] + rng.normal(0, 0.1, 160)
+    reg = IntervalRegressor(family=family).fit(X[:120], y[:120])
+    centre, low, high = reg.predict_interval(X[120:])
+    assert np.all(low <= centre) and np.all(centre <= high)
+    coverage = float(np.mean((y[120:] >= low) & (y[120:] <= high)))
+    assert 0.75 <= coverage <= 1.0, coverage
+
+
+def test_regressor_validates_family_and_fit_state() -> None:
+    with pytest.raises(ValueError, match="family"):
+        IntervalRegressor(family="magic")
+    with pytest.raises(RuntimeError, match="not fitted"):
+        IntervalRegressor().predict(np.zeros((1, 2)))
+
+
+def test_held_out_accuracy_on_a_known_surface(syn_store: TrialStore) -> None:
+    trials = syn_store.list_trials()
+    key = context_of(trials[0])
+    scores = cross_validate(key, trials, folds=5)
+    # 32 training configs of a smooth 3-knob surface with 4 % noise: a broken model (or one fitted
+    # on the wrong scale) lands far above these bounds; a mean predictor sits near 100 %.
+    assert scores["p95_latency_ms"].mape is not None and scores["p95_latency_ms"].mape < 0.25
+    assert scores["qps"].mape is not None and scores["qps"].mape < 0.25
+    for s in scores.values():
+        assert s.n_groups == 40  # grouped by config: repeats never straddle a split
+        assert s.coverage is not None and 0.7 <= s.coverage <= 1.0
+
+
+def test_predictions_stay_physical_and_track_truth(syn_store: TrialStore) -> None:
+    trials = syn_store.list_trials()
+    ctx = fit_context(context_of(trials[0]), trials, score=False)
+    rng = random.Random(7)
+    configs = [random_config(rng) for _ in range(30)]
+    pred = ctx.predict(configs, {"n_vectors": 2000.0, "dim": 64.0})
+    assert np.all(pred["qps"][1] > 0) and np.all(pred["p95_latency_ms"][1] > 0)
+    assert np.all((pred["recall_at_10"][1] >= 0) & (pred["recall_at_10"][2] <= 1))
+    true_lat = np.array([truth(c, 2000)["p95_latency_ms"] for c in configs])
+    assert np.corrcoef(np.log(true_lat), np.log(pred["p95_latency_ms"][0]))[0, 1] > 0.9
+
+
+def test_cache_refits_only_when_the_store_changes(syn_store: TrialStore, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ModelCache(syn_store, tmp_path / "cache")
+    first = cache.get()
+    assert first.data == data_key(syn_store) and cache.path is not None and cache.path.exists()
+
+    def no_fit(*args: object, **kwargs: object) -> KnowledgeModels:
+        raise AssertionError("refitted although the store did not change")
+
+    monkeypatch.setattr(KnowledgeModels, "fit", no_fit)
+    assert cache.get() is first
+    fresh = ModelCache(syn_store, tmp_path / "cache")  # a new process: loads from disk
+    loaded = fresh.get()
+    assert loaded.data == first.data and set(loaded.contexts) == set(first.contexts)
+    monkeypatch.undo()
+    populate(syn_store, n_configs=3, sizes=(8000,), repeats=1, seed=3, study_prefix="more")
+    refreshed = fresh.get()
+    assert refreshed.data.trials == first.data.trials + 3
+    assert fresh.get(refit=False) is refreshed
