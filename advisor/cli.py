@@ -6,6 +6,7 @@ traceback. Human output goes through rich; ``--json`` gives machine-readable out
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import sys
@@ -796,6 +797,10 @@ def serve_cmd(
     models = api.state.knowledge.models()  # fit (or load) before the first request, not in it
     err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
               f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
+    # The models are a large, long-lived heap: keep them out of the garbage collector's scans so
+    # its pauses do not land on request latencies.
+    gc.collect()
+    gc.freeze()
     supervisor = WorkerSupervisor(settings) if worker else None
     if supervisor is not None:
         supervisor.start()

@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import secrets
 import signal
 import socket
@@ -220,6 +221,26 @@ async def drive_distinct(port: int, n: int) -> dict[str, Any]:
             "statuses": statuses}
 
 
+def server_side(metrics_text: str) -> dict[str, dict[str, float]]:
+    """Per route, the share of requests the server itself answered within each histogram bucket
+    (time inside the app, from the service's own /metrics): what the client-side tail owes to
+    the machine rather than to the endpoint."""
+    buckets: dict[str, dict[str, float]] = {}
+    counts: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        m = re.match(r'advisor_http_request_duration_seconds_(bucket|count)\{(.*)\} (\S+)$', line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m[2]))
+        route = f"{labels['method']} {labels['route']}"
+        if m[1] == "count":
+            counts[route] = float(m[3])
+        elif labels["le"] in ("0.001", "0.0025", "0.005", "0.05"):
+            buckets.setdefault(route, {})[f"<= {float(labels['le']) * 1e3:g} ms"] = float(m[3])
+    return {route: {le: n / counts[route] for le, n in b.items()}
+            for route, b in buckets.items() if counts.get(route)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=5000, help="per endpoint (upper bound)")
@@ -263,6 +284,7 @@ def main() -> None:
                     max_s=args.max_seconds, **req)))
             if args.distinct >= 2:
                 uncached = asyncio.run(drive_distinct(port, args.distinct))
+            inside = server_side(httpx.get(f"{base}/metrics").text)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
@@ -277,8 +299,12 @@ def main() -> None:
         print(f"{r['method'] + ' ' + r['path']:28} {r['mode']:28} {r['requests']:>6} "
               f"{r['requests_per_s']:>7.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
               f"{r['p50_ms'] / base[r['mode']]:>11.2f}  {r['statuses']}")
+    print("\nserver-side (time inside the app, all modes together): share of requests within")
+    for route, shares in sorted(inside.items()):
+        print(f"  {route:32} " + "  ".join(f"{le}: {v:.2%}" for le, v in shares.items()))
     report = {
-        "results": results, "recommendation_answer": check, "knob_value_answer": value,
+        "results": results, "server_side_share_within": inside,
+        "recommendation_answer": check, "knob_value_answer": value,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

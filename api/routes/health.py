@@ -16,7 +16,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, Any]:
+async def healthz() -> dict[str, Any]:
     """Liveness: the process answers."""
     return {"status": "ok", "version": __version__}
 
