@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,8 +22,8 @@ from collections.abc import Callable
 
 from advisor.settings import Settings
 from knowledge import TrialStore
-from knowledge.jobs import JobStore
-from knowledge.models import JobRecord, JobStatus
+from knowledge.jobs import JobStore, pid_alive
+from knowledge.models import JobRecord, JobStatus, StudyStatus, TrialStatus
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = ["Worker", "WorkerSupervisor"]
@@ -34,8 +35,10 @@ CANCEL_GRACE_S = 20.0
 
 
 def _job_env(settings: Settings) -> dict[str, str]:
-    # Settings travel through the environment, so no secret (a database password) shows in argv.
-    return {**os.environ, "ADVISOR_DB_URL": settings.db_url,
+    # Settings travel through the environment, so no secret (a database password) shows in argv;
+    # the API keys stay with the server (jobs and the engines they start never need them).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_API_KEY")}
+    return {**env, "ADVISOR_DB_URL": settings.db_url,
             "ADVISOR_CACHE_DIR": str(settings.cache_dir),
             "ADVISOR_TRIAL_TIMEOUT_S": str(settings.trial_timeout_s),
             "ADVISOR_HEARTBEAT_INTERVAL_S": str(settings.heartbeat_interval_s),
@@ -65,8 +68,25 @@ class Worker:
                              f"its worker process (pid {job.pid} on {job.host}) died; resume the "
                              f"study with `advisor tune --name {job.study_name} --resume ...` "
                              "or start a new job with resume=true")
+            self._leave_study_consistent(job.study_name)
             failed.append(job.uid)
         return failed
+
+    def _leave_study_consistent(self, study_name: str) -> None:
+        """The study of a dead job: its trials whose process is gone (on this host) become
+        interrupted, and the study interrupted, so no reader sees them "running" forever."""
+        study = self.store.get_study(study_name)
+        if study is None:
+            return
+        here = socket.gethostname()
+        for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
+            if rec.host == here and rec.pid is not None and not pid_alive(rec.pid):
+                self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
+                                      error_type="interrupted",
+                                      error="the job running this trial died with its worker")
+        if not self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]) and \
+                study.status == StudyStatus.RUNNING:
+            self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
 
     def run_once(self) -> JobRecord | None:
         """Reconcile, then run one queued job to its end (None when none was queued)."""
@@ -97,6 +117,7 @@ class Worker:
                 break
             except subprocess.TimeoutExpired:
                 pass
+            self.jobs.heartbeat(job.uid)  # for workers on other hosts: this one is alive
             current = self.jobs.get(job.uid)
             if self._stop.is_set() or current.cancel_requested:
                 if cancel_sent is None:

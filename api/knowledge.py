@@ -39,6 +39,9 @@ __all__ = ["Knowledge"]
 
 log = logging.getLogger(__name__)
 _MAX_ANSWERS = 2048
+#: Filtered cheat-sheets kept (each distinct filter set is built once; bounded so that varied
+#: filters cannot grow memory without limit).
+_MAX_SHEETS = 32
 
 
 class Knowledge:
@@ -52,7 +55,7 @@ class Knowledge:
         self._checked_at = float("-inf")
         self._models: KnowledgeModels | None = None
         self._refit: threading.Thread | None = None
-        self._sheets: dict[tuple[Any, ...], CheatSheet] = {}
+        self._sheets: OrderedDict[tuple[Any, ...], CheatSheet] = OrderedDict()
         self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
 
     # cache -----------------------------------------------------------------------------------
@@ -184,6 +187,8 @@ class Knowledge:
         with self._lock:
             if self._models is models:
                 self._sheets[key] = sheet
+                while len(self._sheets) > _MAX_SHEETS:
+                    self._sheets.popitem(last=False)
         return sheet
 
     def cached_knob_value(self, query: Mapping[str, Any]) -> bytes | None:

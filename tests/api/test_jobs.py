@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from advisor.settings import Settings
 from advisor.worker import Worker
 from api import create_app
-from knowledge import StudyStatus, TrialStatus, TrialStore
+from knowledge import StudyRecord, StudyStatus, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import JobStore
 from knowledge.models import JobStatus
 from tests.api.conftest import AUTH, KEY, make_settings
@@ -173,7 +173,16 @@ def test_queued_jobs_survive_a_restart_and_dead_running_jobs_fail(
     assert claimed is not None and claimed.uid == dead["id"]
     proc = subprocess.Popen(["true"])
     proc.wait()
-    jobs.set_pid(dead["id"], proc.pid)  # its process is gone
+    jobs.set_pid(dead["id"], proc.pid)  # its process is gone...
+    store = jobs.store  # ...and so is the trial it was running
+    study = store.create_study(StudyRecord(
+        name="orphan", target="scripted", slo="qps>=1", objective_metric="qps",
+        objective_direction="maximize", workload_spec={}, workload_hash="h", sampler="tpe",
+        n_trials=2, hardware_key="hw", advisor_version="0"))
+    store.start_trial(TrialRecord(
+        study_id=study.id or 0, number=0, target="scripted", config={}, config_hash="c",
+        workload_spec={}, workload_hash="h", hardware={}, hardware_key="hw",
+        advisor_version="0", pid=proc.pid))
     queued = _start(api, name="waiting", trials=2, fixed=FIXED_X)
     queued_cancel = _start(api, name="never", trials=2, fixed=FIXED_X)
     resp = api.post(f"/v1/jobs/{queued_cancel['id']}/cancel", headers=AUTH)
@@ -185,5 +194,7 @@ def test_queued_jobs_survive_a_restart_and_dead_running_jobs_fail(
     assert ran is not None and ran.uid == queued["id"] and ran.status == JobStatus.SUCCEEDED
     orphan = restarted.get(f"/v1/jobs/{dead['id']}").json()
     assert orphan["status"] == "failed" and "died" in orphan["error"]
+    assert store.get_study("orphan").status == StudyStatus.INTERRUPTED  # type: ignore[union-attr]
+    assert [t.status for t in store.trials_of_study(study.id or 0)] == [TrialStatus.INTERRUPTED]
     assert worker.run_once() is None  # the cancelled job is never run
     assert restarted.get(f"/v1/jobs/{queued_cancel['id']}").json()["status"] == "cancelled"

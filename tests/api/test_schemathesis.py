@@ -23,9 +23,12 @@ from tests.api.conftest import AUTH, KEY, make_settings  # noqa: E402
 
 
 def _app() -> object:
+    import atexit
+    import shutil
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="advisor-schemathesis-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     return create_app(make_settings(f"sqlite:///{tmp / 'api.db'}", tmp, api_key=SecretStr(KEY)))
 
 
