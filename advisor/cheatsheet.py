@@ -154,7 +154,9 @@ def _class_name(w: WorkloadPoint) -> str:
                         if k in f)
         return f"{w.name} @ {f['rate_rps']:g} req/s{extra}"
     if "n_vectors" in f:
-        return f"{w.name} (N={f['n_vectors']:g}, d={f.get('dim', 0):g})"
+        # Presets are named after their default size; the dataset plus N and d say what it is.
+        dataset = (w.spec.get("params") or {}).get("dataset") or w.name
+        return f"{dataset} (N={f['n_vectors']:g}, d={f.get('dim', 0):g})"
     return w.name or w.spec_hash
 
 

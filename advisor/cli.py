@@ -492,12 +492,17 @@ def trials_cmd(
 # recommend -----------------------------------------------------------------------------------
 
 
-def _models(settings: Settings, store: TrialStore, family: str = DEFAULT_FAMILY) -> KnowledgeModels:
-    """The fitted models for ``store``: from the cache dir when current, else fitted now."""
-    cache = ModelCache(store, settings.cache_dir, family=family)
-    if cache.path is not None and not cache.path.exists():
-        err.print("[dim]no fitted models yet: fitting them now (advisor knowledge fit does this "
-                  "ahead of time)[/dim]")
+def _models(settings: Settings, store: TrialStore, target: str | None = None
+            ) -> KnowledgeModels:
+    """The fitted models for ``store``: the all-target set `advisor knowledge fit` saved when it
+    is current, else ``target``'s own set (fitted now when missing or stale)."""
+    full = ModelCache(store, settings.cache_dir).peek()
+    if full is not None:
+        return full
+    cache = ModelCache(store, settings.cache_dir, target=target)
+    if cache.peek() is None:
+        err.print("[dim]fitting the surrogate models on the stored trials first (`advisor "
+                  "knowledge fit` does this ahead of time)[/dim]")
     return cache.get()
 
 
@@ -565,7 +570,7 @@ def recommend_cmd(
         workload=_workload_query(rate_rps, prompt_len, output_len, n_vectors, dim))
     # Validate the question before fitting anything, so a typo answers at once.
     parse_slo(slo).check_metrics(target, tgt.reported_metrics())
-    answer = recommend(store, query, models=_models(settings, store))
+    answer = recommend(store, query, models=_models(settings, store, target))
     if as_json:
         out.print_json(data=answer.to_dict())
     else:
@@ -602,8 +607,12 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
             misses = ", ".join(f"{k} (off by {v:.1%})"
                                for k, v in rec.closest["conservative_slo_margins"].items()
                                if v > 0)
-            out.print(f"Closest: [{_compact(rec.closest['config'])}] misses {misses} "
+            out.print(f"Closest: {escape(_compact(rec.closest['config']))} misses {misses} "
                       "(conservative bound).")
+        if rec.measured_alternative is not None:
+            alt = rec.measured_alternative
+            out.print(f"Measured evidence: trial {alt['trial_id']} met this SLO at this workload "
+                      f"({escape(_compact(alt['config']))}); `--measured` answers from it.")
         out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
         if explain:
             _print_evidence(rec)
@@ -836,7 +845,7 @@ def worker_cmd(
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
     table = Table(title=title)
-    for c in ("context", "metric", "trials", "configs", "MAPE", "90% interval coverage"):
+    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage"):
         table.add_column(c)
     for r in rows:
         mape = r["mape"]
@@ -870,7 +879,7 @@ def knowledge_fit_cmd(
     settings = _settings()
     store = _store(settings)
     models = KnowledgeModels.fit(store, family=family, target=target)
-    cache = ModelCache(store, settings.cache_dir, family=family)
+    cache = ModelCache(store, settings.cache_dir, family=family, target=target)
     if cache.path is not None:
         models.save(cache.path)
     rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
@@ -901,6 +910,9 @@ def knowledge_eval_cmd(
                          "throughput, the issue's accuracy goal.")] = None,
     all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Every modelled metric.")
                            ] = False,
+    group_by: Annotated[str, typer.Option(
+        help="Hold out whole 'config's (default: unseen configs) or whole 'workload's (unseen "
+             "rates / corpus sizes).")] = "config",
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "
@@ -911,6 +923,8 @@ def knowledge_eval_cmd(
     measurements of one config are held out together), MAPE and 90%-interval coverage."""
     if family not in FAMILIES:
         raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if group_by not in ("config", "workload"):
+        raise AdvisorError(f"--group-by must be config or workload, got {group_by!r}")
     store = _store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
@@ -927,7 +941,7 @@ def knowledge_eval_cmd(
         names = sorted({m for t in ctx_trials for m in t.metrics})
         wanted = names if all_metrics else metric or [m for m in names if _is_goal_metric(m)]
         scores = cross_validate(key, ctx_trials, family=family, folds=folds,
-                                metrics=[m for m in wanted if m in names])
+                                metrics=[m for m in wanted if m in names], group_by=group_by)
         rows += [{"context": key.label(), **s.to_dict()} for s in scores.values()]
     audits = ([a.to_dict() for a in audit_store_trials(trials, target=target, family=family,
                                                        folds=folds)] if audit else [])
@@ -938,7 +952,7 @@ def knowledge_eval_cmd(
     if not rows:
         out.print("no context has enough measured trials to evaluate")
         return
-    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by config; goal: "
+    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by {group_by}; goal: "
                            "MAPE <= 10% for p95 latency and throughput)", rows, 0.10))
     for a in audits:
         rate = a["false_feasible_rate"]
@@ -977,7 +991,7 @@ def cheatsheet_cmd(
     store = _store(settings)
     sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
                              workload_class=workload_class, tier=tier,
-                             models=_models(settings, store))
+                             models=_models(settings, store, target))
     import json
 
     text = (sheet.to_markdown() if fmt == "md" else sheet.to_html() if fmt == "html"

@@ -118,10 +118,11 @@ def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
     objective = _objective(key.target)
     sign = 1.0 if objective.direction == "maximize" else -1.0
     splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
+    needed = sorted({m for s in slos for m in s.metrics} | {objective.metric})
     for train, test in splitter.split(np.zeros(len(rows)), groups=groups):
-        ctx = fit_context(key, [rows[i] for i in train], family=family, score=False)
+        ctx = fit_context(key, [rows[i] for i in train], family=family, score=False,
+                          metrics=needed)
         held = [rows[i] for i in test]
-        needed = sorted({m for s in slos for m in s.metrics} | {objective.metric})
         preds: dict[str, list[tuple[float, float, float]]] = {m: [] for m in needed}
         for t in held:
             p = ctx.predict([t.config], workload_features(t.workload_spec), needed)

@@ -152,7 +152,7 @@ SAME_WORKLOAD = math.log(1.1)
 #: is not covered: a factor 2 in arrival rate or corpus size changes which configs are feasible.
 FAR_WORKLOAD = math.log(2.0)
 #: Candidate configs evaluated per query (measured configs first, then one-knob variations).
-MAX_CANDIDATES = 1500
+MAX_CANDIDATES = 600
 #: Nearest measured trials returned as evidence.
 EVIDENCE_TRIALS = 5
 Status = Literal["recommended", "no_feasible_config", "not_covered"]
@@ -245,6 +245,7 @@ class ModelRecommendation:
     candidates_feasible: int = 0
     closest: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    measured_alternative: dict[str, Any] | None = None
 
     @property
     def found(self) -> bool:
@@ -268,6 +269,7 @@ class ModelRecommendation:
             "candidates": {"considered": self.candidates_considered,
                            "conservatively_feasible": self.candidates_feasible},
             "closest": self.closest, "notes": list(self.notes),
+            "measured_alternative": self.measured_alternative,
         }
 
 
@@ -419,7 +421,8 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
     if model:
         args += ["--model", model]
     if workload:
-        args += ["--workload", workload]
+        # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
+        args += ["--workload", workload.split("@", 1)[0]]
     features = features or {}
     if "rate_rps" in features:
         args += ["--workload-param",
@@ -498,7 +501,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     measured = list({_config_key(c): c for c in ctx.configs}.values())
     pred = ctx.predict(measured, features, needed)
     order = _rank(pred, slo, objective, len(measured))
-    seeds = [measured[i] for i in order[:12]]
+    seeds = [measured[i] for i in order[:8]]
     extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
     configs = [c for c in [*measured, *extra] if _config_key(c) not in failed]
     pred = ctx.predict(configs, features, needed)
@@ -518,8 +521,13 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         closest = {"config": configs[j],
                    "predicted": {m: p.to_dict() for m, p in _predicted(pred, j).items()},
                    "conservative_slo_margins": _conservative_margins(slo, pred, j)}
+        alternative = _measured_alternative(ctx, features, slo, objective)
+        if alternative is not None:
+            notes.append(f"measured evidence: trial {alternative['trial_id']} met this SLO at "
+                         "this workload, but the models are too uncertain to vouch for any config "
+                         "(`advisor recommend --measured` answers from measurements alone)")
         return ModelRecommendation(
-            status="no_feasible_config", confidence="none",
+            status="no_feasible_config", confidence="none", measured_alternative=alternative,
             confidence_reason=f"none of {len(configs)} candidate configs has a 90% interval "
                               "inside the SLO", closest=closest, notes=tuple(notes),
             evidence=tuple(_evidence(ctx, configs[j], features, slo, needed)), **base)
@@ -538,6 +546,24 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
             slo, pred, best), evidence=tuple(evidence), launch_command=launch,
         notes=tuple(notes), **base)
+
+
+def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,
+                          objective: Objective) -> dict[str, Any] | None:
+    """The best trial *measured* at (within 10 % of) the asked workload that met the SLO."""
+    best: int | None = None
+    for i, m in enumerate(ctx.measured):
+        if workload_distance(features, ctx.features[i]) > SAME_WORKLOAD or not slo.is_met(m):
+            continue
+        if objective.metric in m and (best is None or objective.is_better(
+                m[objective.metric], ctx.measured[best].get(objective.metric))):
+            best = i
+    if best is None:
+        return None
+    return {"trial_id": ctx.trial_ids[best], "config": ctx.configs[best],
+            "measured": {k: ctx.measured[best][k] for k in [objective.metric, *slo.metrics]
+                         if k in ctx.measured[best]},
+            "study": ctx.trial_studies[best] if ctx.trial_studies else "", "basis": "measured"}
 
 
 def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objective, n: int

@@ -81,7 +81,11 @@ def main() -> None:
     for key, trials in sorted(grouped.items()):
         for metric in GOAL_METRICS:
             for family in args.families.split(","):
-                r = evaluate(trials, metric, family, args.folds)
+                try:
+                    r = evaluate(trials, metric, family, args.folds)
+                except ValueError as exc:  # e.g. HGB binning a fold where a knob is all-NaN
+                    print(f"{key.label():48} {metric:20} {family:14} failed: {exc}")
+                    continue
                 if r is None:
                     continue
                 print(f"{key.label():48} {metric:20} {family:14} {r['n']:4d} "

@@ -34,7 +34,7 @@ from knowledge.surrogate import (
 __all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "data_key"]
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # bump whenever a pickled class changes shape
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 
@@ -114,10 +114,13 @@ class KnowledgeModels:
         return models
 
 
-def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY) -> Path:
-    """Where the models of the store at ``db_url`` are cached (one file per store and family)."""
+def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY,
+               target: str | None = None) -> Path:
+    """Where the models of the store at ``db_url`` are cached: one file per store and family
+    (all targets), or per store, family and target."""
     digest = hashlib.sha256(db_url.encode()).hexdigest()[:12]
-    return Path(cache_dir) / "knowledge" / f"models-{digest}-{family}.pkl"
+    suffix = f"-{target}" if target else ""
+    return Path(cache_dir) / "knowledge" / f"models-{digest}-{family}{suffix}.pkl"
 
 
 class ModelCache:
@@ -127,9 +130,10 @@ class ModelCache:
     """
 
     def __init__(self, store: TrialStore, cache_dir: Path | None = None, *,
-                 family: str = DEFAULT_FAMILY) -> None:
-        self.store, self.family = store, family
-        self.path = cache_path(cache_dir, store.url, family) if cache_dir is not None else None
+                 family: str = DEFAULT_FAMILY, target: str | None = None) -> None:
+        self.store, self.family, self.target = store, family, target
+        self.path = (cache_path(cache_dir, store.url, family, target)
+                     if cache_dir is not None else None)
         self._models: KnowledgeModels | None = None
         self._lock = threading.Lock()
 
@@ -147,13 +151,22 @@ class ModelCache:
                 return self._models
             return self._refit_locked()
 
+    def peek(self) -> KnowledgeModels | None:
+        """Current models from memory or disk, or None (never fits)."""
+        with self._lock:
+            if self._models is None and self.path is not None:
+                self._models = KnowledgeModels.load(self.path)
+            if self._models is not None and self._models.data == data_key(self.store):
+                return self._models
+            return None
+
     def refit(self) -> KnowledgeModels:
         with self._lock:
             return self._refit_locked()
 
     def _refit_locked(self) -> KnowledgeModels:
         try:
-            models = KnowledgeModels.fit(self.store, family=self.family)
+            models = KnowledgeModels.fit(self.store, family=self.family, target=self.target)
         except StoreError:
             raise
         self._models = models

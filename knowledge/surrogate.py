@@ -12,6 +12,7 @@ This module never imports an engine or optuna: it sees trials only as stored rec
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ COVERAGE = 0.9
 #: Metrics never modelled: counters and bookkeeping, not performance.
 _SKIP_METRICS = frozenset({"failed_requests"})
 _FRACTION_EPS = 1e-4
+#: Below 9 calibration configs (90 % coverage) the largest residual ratio is multiplied by this.
+SMALL_SAMPLE_INFLATION = 2.0
 
 
 # -- contexts and workload features -----------------------------------------------------------
@@ -438,33 +441,42 @@ class IntervalRegressor:
         if self.family in ("forest", "linear-forest"):
             trees, in_bag = self._fit_forest(X, y, g)
             self.estimator_ = trees
-            self.scale_ = self._calibrate_oob(X, y, trees, in_bag)
+            self.scale_ = self._calibrate_oob(X, y, trees, in_bag, g)
         else:
             self.estimator_ = self._fit_raw(X, y)
             self.scale_ = self._calibrate(X, y, g)
         return self
 
     def _conformal(self, ratios: Sequence[float]) -> float:
-        """The finite-sample conformal quantile ceil((n + 1) * coverage) / n of ``ratios``."""
+        """The finite-sample conformal quantile ceil((n + 1) * coverage) / n of ``ratios``.
+
+        With fewer than ``coverage / (1 - coverage)`` ratios (9 for 90 %) no finite quantile
+        guarantees the coverage: the largest ratio is then doubled, so that a model fitted on a
+        handful of configs answers with wide intervals rather than false confidence.
+        """
         n = len(ratios)
-        if n < 3:
-            return 3.0  # too few residuals to calibrate: a wide, honest default
-        q = min(1.0, math.ceil((n + 1) * self.coverage) / n)
-        return float(np.quantile(np.asarray(ratios), q))
+        if n < 2:
+            return 3.0  # nothing to calibrate on: a wide, honest default
+        needed = math.ceil((n + 1) * self.coverage)
+        if needed > n:
+            return float(max(ratios)) * SMALL_SAMPLE_INFLATION
+        return float(np.quantile(np.asarray(ratios), needed / n))
 
     def _calibrate_oob(self, X: np.ndarray, y: np.ndarray, trees: list[Any],
-                       in_bag: np.ndarray) -> float:
-        """Normalised residuals of each row against the trees that never saw its config."""
+                       in_bag: np.ndarray, g: np.ndarray) -> float:
+        """Normalised residuals against the members that never saw a config, one per config
+        (its worst row): rows of one config are not independent evidence."""
         per_tree = np.stack([self._member_predict(m, X) for m in trees])
-        ratios: list[float] = []
+        worst: dict[str, float] = {}
         for i in range(len(y)):
             oob = ~in_bag[:, i]
             if oob.sum() < 3:
                 continue
             preds = per_tree[oob, i]
             spread = max(float(preds.std()), 1e-3)
-            ratios.append(abs(float(y[i]) - float(preds.mean())) / spread)
-        return self._conformal(ratios)
+            ratio = abs(float(y[i]) - float(preds.mean())) / spread
+            worst[str(g[i])] = max(worst.get(str(g[i]), 0.0), ratio)
+        return self._conformal(list(worst.values()))
 
     def _calibrate(self, X: np.ndarray, y: np.ndarray, g: np.ndarray) -> float:
         n_groups = len(set(g.tolist()))
@@ -473,12 +485,13 @@ class IntervalRegressor:
             return 3.0
         from sklearn.model_selection import GroupKFold
 
-        ratios: list[float] = []
+        worst: dict[str, float] = {}
         for train, test in GroupKFold(n_splits=folds).split(X, y, g):
             est = self._fit_raw(X[train], y[train])
             centre, spread = self._predict_raw(est, X[test])
-            ratios.extend((np.abs(y[test] - centre) / spread).tolist())
-        return self._conformal(ratios)
+            for gi, r in zip(g[test], np.abs(y[test] - centre) / spread, strict=True):
+                worst[str(gi)] = max(worst.get(str(gi), 0.0), float(r))
+        return self._conformal(list(worst.values()))
 
     def predict_interval(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(centre, low, high)`` in the space ``y`` was fitted in."""
@@ -513,12 +526,36 @@ class MetricScore:
 
 @dataclass
 class MetricModel:
-    """One metric's fitted regressor with its transform and its cross-validated score."""
+    """One metric's fitted regressor with its transform and its cross-validated score.
+
+    Pickled with the regressor as an opaque blob that is only unpickled when the metric is first
+    predicted: loading a saved model set then costs milliseconds, and a query pays only for the
+    few metrics it asks about.
+    """
 
     metric: str
     transform: str
-    regressor: IntervalRegressor
+    regressor: IntervalRegressor | None
     score: MetricScore | None = None
+    blob: bytes | None = None
+
+    def fitted(self) -> IntervalRegressor:
+        if self.regressor is None:
+            if self.blob is None:
+                raise RuntimeError(f"model of {self.metric} has neither a regressor nor a blob")
+            self.regressor = pickle.loads(self.blob)  # written by __getstate__ below
+            self.blob = None
+        return self.regressor
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state.get("regressor") is not None:
+            state["blob"] = pickle.dumps(state["regressor"], protocol=pickle.HIGHEST_PROTOCOL)
+            state["regressor"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 @dataclass
@@ -550,7 +587,7 @@ class ContextModels:
             mm = self.metrics.get(name)
             if mm is None:
                 continue
-            c, lo, hi = mm.regressor.predict_interval(X)
+            c, lo, hi = mm.fitted().predict_interval(X)
             out[name] = (_inverse(mm.transform, c), _inverse(mm.transform, lo),
                          _inverse(mm.transform, hi))
         return out
@@ -611,9 +648,11 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
 
 def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                 score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = (),
-                study_names: Mapping[int, str] | None = None) -> ContextModels:
+                study_names: Mapping[int, str] | None = None,
+                metrics: Iterable[str] | None = None) -> ContextModels:
     """Fit one model per metric on the complete trials of one context.
 
+    ``metrics`` limits the models to those metrics (the audit needs only the SLO's).
     With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
     each :class:`MetricModel` carries its :class:`MetricScore`.
     """
@@ -625,7 +664,10 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     scores = cross_validate(key, usable, family=family, folds=folds) if score else {}
     models: dict[str, MetricModel] = {}
+    wanted = set(metrics) if metrics is not None else None
     for metric in _metric_names(usable):
+        if wanted is not None and metric not in wanted:
+            continue
         X, y, groups, _ = _xy(usable, encoder, metric)
         kind = metric_transform(metric, y)
         reg = IntervalRegressor(family=family).fit(X, _forward(kind, y), groups)
@@ -643,10 +685,12 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
 
 
 def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
-                   folds: int = 5, metrics: Iterable[str] | None = None
-                   ) -> dict[str, MetricScore]:
+                   folds: int = 5, metrics: Iterable[str] | None = None,
+                   group_by: str = "config") -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
-    of one config never sit on both sides of a split.
+    of one config (and its measurements at other rates) never sit on both sides of a split.
+    ``group_by="workload"`` holds out whole workloads instead (how well an unmeasured rate or
+    corpus size is predicted for configs measured elsewhere).
 
     MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
     the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
@@ -657,8 +701,12 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     wl = [workload_features(t.workload_spec) for t in usable]
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     out: dict[str, MetricScore] = {}
+    if group_by not in ("config", "workload"):
+        raise ValueError(f"`group_by` must be 'config' or 'workload', got {group_by!r}")
     for metric in metrics if metrics is not None else _metric_names(usable):
-        X, y, groups, _ = _xy(usable, encoder, metric)
+        X, y, groups, idx = _xy(usable, encoder, metric)
+        if group_by == "workload":
+            groups = np.asarray([usable[i].workload_hash for i in idx])
         n_groups = len(set(groups.tolist()))
         k = min(folds, n_groups)
         if k < 2 or len(y) < 4:

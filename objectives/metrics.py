@@ -80,6 +80,9 @@ _SPECS: list[MetricSpec] = [
                "requests per second that met every per-request SLO (DistServe goodput)", _LLM),
     MetricSpec("peak_memory_mb", "MiB", "lower", "peak accelerator (or process) memory", _LLM),
     MetricSpec("failed_requests", "count", "lower", "requests that errored", _LLM),
+    MetricSpec("cut_requests", "count", "lower",
+               "requests unfinished at the workload's drain limit (latencies as lower bounds)",
+               _LLM),
 ]
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}

@@ -33,4 +33,4 @@ SLO=$("$VPY" -c "from objectives.registry import get_target; print(get_target('f
 echo "==> tuning faiss on this machine: SLO $SLO, maximize qps, $TRIALS trials"
 .venv/bin/advisor tune --target faiss --trials "$TRIALS" --seed 0 --resume
 echo "==> recommendation for $SLO"
-.venv/bin/advisor recommend --target faiss --slo "$SLO"
+.venv/bin/advisor recommend --target faiss --slo "$SLO" --measured

@@ -121,7 +121,8 @@ async def stream_request(client: httpx.AsyncClient, base_url: str, model: str, s
                          *, scheduled_s: float, clock: Callable[[], float],
                          endpoint: Endpoint = "completions", api_key: str | None = None,
                          extra_body: Mapping[str, Any] | None = None,
-                         timeout_s: float | None = None) -> RequestRecord:
+                         timeout_s: float | None = None,
+                         record: RequestRecord | None = None) -> RequestRecord:
     """Send ``spec`` now as one streamed completion and time it with ``clock``.
 
     ``/v1/completions`` gets the prompt text, ``/v1/chat/completions`` one user message; both ask
@@ -130,9 +131,12 @@ async def stream_request(client: httpx.AsyncClient, base_url: str, model: str, s
     on arrival; ``output_tokens`` is the final usage's ``completion_tokens`` when the server
     reports it, else the number of text chunks. Non-200 answers, transport errors, malformed
     stream data, an error event, a stream without text and (with ``timeout_s``) a request
-    running longer than ``timeout_s`` seconds give a record with ``error`` set.
+    running longer than ``timeout_s`` seconds give a record with ``error`` set. ``record``, when
+    given, is filled in place (so a caller that cancels the request keeps what was timed).
     """
-    record = RequestRecord(index=spec.index, scheduled_s=scheduled_s, prompt_len=spec.prompt_len)
+    if record is None:
+        record = RequestRecord(index=spec.index, scheduled_s=scheduled_s,
+                               prompt_len=spec.prompt_len)
     url = base_url.rstrip("/") + _PATHS[endpoint]
     body = _request_body(model, spec, endpoint, extra_body)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -169,8 +173,11 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                          endpoint: Endpoint = "completions",
                          extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
                          clock: Callable[[], float] = time.perf_counter,
-                         transport: httpx.AsyncBaseTransport | None = None) -> LoadResult:
+                         transport: httpx.AsyncBaseTransport | None = None,
+                         cutoff_s: float | None = None) -> LoadResult:
     """:func:`run_load` for callers already inside an event loop."""
+    if cutoff_s is not None and not cutoff_s > 0:
+        raise ValueError(f"`cutoff_s > 0` must hold, but got {cutoff_s=}")
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"`max_concurrency >= 1` must hold, but got {max_concurrency=}")
     if not timeout_s > 0:
@@ -181,7 +188,9 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                           max_keepalive_connections=max_concurrency)
     gate: contextlib.AbstractAsyncContextManager[Any] = (
         asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext())
-    records: list[RequestRecord | None] = [None] * len(requests)
+    records = [RequestRecord(index=spec.index, scheduled_s=spec.arrival_s,
+                             prompt_len=spec.prompt_len) for spec in requests]
+    cutting = False
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s),
                                  transport=transport, trust_env=False) as client:
         t0 = clock()
@@ -190,11 +199,18 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
             return clock() - t0
 
         async def one(pos: int, spec: RequestSpec) -> None:
-            async with gate:
-                records[pos] = await stream_request(
-                    client, base_url, model, spec, scheduled_s=spec.arrival_s, clock=rel,
-                    endpoint=endpoint, api_key=api_key, extra_body=extra_body,
-                    timeout_s=timeout_s)
+            record = records[pos]
+            try:
+                async with gate:
+                    await stream_request(
+                        client, base_url, model, spec, scheduled_s=spec.arrival_s, clock=rel,
+                        endpoint=endpoint, api_key=api_key, extra_body=extra_body,
+                        timeout_s=timeout_s, record=record)
+            except asyncio.CancelledError:
+                if not cutting:
+                    raise  # the whole run is being cancelled, not cut off
+                record.cut_s = rel()
+                record.error = f"cut off at {cutoff_s:g} s, unfinished"
 
         order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
         tasks: list[asyncio.Task[None]] = []
@@ -204,28 +220,38 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
             while (delay := spec.arrival_s - rel()) > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(pos, spec)))
-        await asyncio.gather(*tasks)
+        if cutoff_s is None:
+            await asyncio.gather(*tasks)
+        else:
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, cutoff_s - rel()))
+            cutting = True
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks)
         end = rel()
-    done = [r for r in records if r is not None]
-    assert len(done) == len(requests)
-    ends = [r.end_s for r in done if r.end_s is not None]
-    return LoadResult(done, max(ends) if ends else end)
+    ends = [r.end_s for r in records if r.end_s is not None]
+    ends += [r.cut_s for r in records if r.cut_s is not None]
+    return LoadResult(records, max(ends) if ends else end)
 
 
 def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
              max_concurrency: int | None = None, api_key: str | None = None,
              endpoint: Endpoint = "completions", extra_body: Mapping[str, Any] | None = None,
              timeout_s: float = 600.0, clock: Callable[[], float] = time.perf_counter,
-             transport: httpx.AsyncBaseTransport | None = None) -> LoadResult:
+             transport: httpx.AsyncBaseTransport | None = None,
+             cutoff_s: float | None = None) -> LoadResult:
     """Replay ``requests`` against ``{base_url}/v1/...`` and time every response.
 
     Time zero is the start of the run; request i is sent at ``arrival_s`` (or later, when
     ``max_concurrency`` requests are already in flight: then ``sent_s > scheduled_s``). Each
     request may take at most ``timeout_s`` seconds. Records come back in request order, with
     times relative to time zero; ``duration_s`` runs from time zero to the last completion.
-    ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
+    ``transport`` replaces the network (tests pass an ``httpx.MockTransport``). With
+    ``cutoff_s``, requests still unfinished (or not yet sent) ``cutoff_s`` seconds after time zero
+    are cancelled and come back with ``cut_s`` set: an overloaded server's queue is not drained
+    to the end, which would take minutes and tell nothing more.
     """
     return asyncio.run(run_load_async(
         base_url, model, requests, max_concurrency=max_concurrency, api_key=api_key,
         endpoint=endpoint, extra_body=extra_body, timeout_s=timeout_s, clock=clock,
-        transport=transport))
+        transport=transport, cutoff_s=cutoff_s))

@@ -17,6 +17,14 @@ send time ``s``, chunk times ``c_1 < ... < c_k`` (chunks that carried output tex
 
 When the stream ends with its last token chunk (e == c_k), E2E = TTFT + sum(ITL) exactly.
 Percentiles use numpy's default (linear) interpolation, as vLLM does. docs/metrics.md says more.
+
+A request *cut off* at the workload's drain limit (``RequestRecord.cut_s = x``: still running, or
+not even sent, when the measurement stopped waiting) has no TTFT or E2E, only lower bounds:
+TTFT >= (c_1 or x) − a and E2E >= x − a. Those bounds enter the TTFT and E2E statistics in its
+place (leaving it out would keep exactly the slowest requests out of the percentiles), its chunk
+gaps enter ITL, its chunks count as output tokens, it has no TPOT, it is never good, and
+``cut_requests`` counts it. The statistics are then lower bounds too: an SLO they violate is
+violated. This is sound for SLO bounds below the drain limit, which every cut request exceeds.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ __all__ = [
     "PERCENTILES",
     "GoodputFromSLO",
     "PerRequest",
+    "cut_lower_bounds",
     "goodput_bounds_from_slo",
     "goodput_from_samples",
     "per_request",
@@ -137,7 +146,8 @@ def summarize(records: Sequence[RequestRecord], *, duration_s: float,
     """The trial's LLM metrics, named as in :mod:`objectives.metrics`.
 
     Latency families (``ttft``, ``tpot``, ``itl``, ``e2e``: p50/p90/p95/p99/mean in ms) are taken
-    over successful requests; a family with no sample at all (TPOT when every request produced
+    over successful requests (plus the lower bounds of requests cut off at the drain limit, see
+    the module docstring); a family with no sample at all (TPOT when every request produced
     one token, ITL when every stream had one chunk) is left out rather than reported as 0, so an
     SLO on it counts as violated. Throughputs divide by ``duration_s`` (run start to last
     completion). Goodput counts successful requests meeting every bound in ``goodput_slo_ms``
@@ -155,23 +165,36 @@ def summarize(records: Sequence[RequestRecord], *, duration_s: float,
         raise SLOParseError(f"unknown goodput bound(s) {', '.join(map(repr, unknown))}; valid: "
                             f"{', '.join(GOODPUT_KEYS)}")
     ok = [per_request(r) for r in records if r.ok]
-    failed = [r for r in records if not r.ok]
-    if not ok:
+    cut = [r for r in records if r.cut_s is not None]
+    failed = [r for r in records if not r.ok and r.cut_s is None]
+    if not ok and not cut:
         reasons = "; ".join(f"request {r.index}: {_failure_reason(r)}"
                             for r in failed[:_MAX_REASONS])
         raise TrialFailedError(f"all {len(records)} requests failed"
                                + (f" ({reasons})" if reasons else ""))
     good = sum(1 for p in ok if p.meets(bounds))
+    cut_bounds = [cut_lower_bounds(r) for r in cut]
     out: dict[str, float] = {}
-    out |= _family("ttft", [p.ttft_s for p in ok])
+    out |= _family("ttft", [p.ttft_s for p in ok] + [b[0] for b in cut_bounds])
     out |= _family("tpot", [p.tpot_s for p in ok if p.tpot_s is not None])
-    out |= _family("itl", [x for p in ok for x in p.itl_s])
-    out |= _family("e2e", [p.e2e_s for p in ok])
-    out["output_tokens_per_s"] = sum(p.output_tokens for p in ok) / duration_s
+    out |= _family("itl", [x for p in ok for x in p.itl_s]
+                   + [b - a for r in cut for a, b in itertools.pairwise(r.chunk_times_s)])
+    out |= _family("e2e", [p.e2e_s for p in ok] + [b[1] for b in cut_bounds])
+    tokens = sum(p.output_tokens for p in ok) + sum(len(r.chunk_times_s) for r in cut)
+    out["output_tokens_per_s"] = tokens / duration_s
     out["requests_per_s"] = len(ok) / duration_s
     out["goodput_requests_per_s"] = good / duration_s
     out["failed_requests"] = float(len(failed))
+    out["cut_requests"] = float(len(cut))
     return out
+
+
+def cut_lower_bounds(record: RequestRecord) -> tuple[float, float]:
+    """(TTFT, E2E) lower bounds in seconds of a request cut off at ``record.cut_s``."""
+    if record.cut_s is None:
+        raise ValueError(f"request {record.index} was not cut off")
+    first = record.chunk_times_s[0] if record.chunk_times_s else record.cut_s
+    return first - record.scheduled_s, record.cut_s - record.scheduled_s
 
 
 def goodput_bounds_from_slo(slo: SLO) -> dict[str, float]:
@@ -193,16 +216,26 @@ def goodput_bounds_from_slo(slo: SLO) -> dict[str, float]:
 
 
 def request_samples(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:
-    """Per-request figures to store with a trial (column-wise, request order; None = failed).
+    """Per-request figures to store with a trial (column-wise, request order; None = failed;
+    a ``cut`` column, when some request was cut off, marks those whose figures are lower bounds).
 
     Kept so that goodput can be recomputed for any SLO after the fact (the study's SLO is not
     known inside a trial) and so that a trial's distribution can be re-examined later.
     """
     cols: dict[str, list[Any]] = {"index": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": [],
                                   "output_tokens": []}
+    if any(r.cut_s is not None for r in records):
+        cols["cut"] = [r.cut_s is not None for r in records]
     for record in records:
         p = per_request(record) if record.ok else None
         cols["index"].append(record.index)
+        if record.cut_s is not None:  # lower bounds; never good (see goodput_from_samples)
+            ttft, e2e = cut_lower_bounds(record)
+            cols["ttft_ms"].append(round(ttft * 1e3, 4))
+            cols["tpot_ms"].append(None)
+            cols["e2e_ms"].append(round(e2e * 1e3, 4))
+            cols["output_tokens"].append(len(record.chunk_times_s))
+            continue
         cols["ttft_ms"].append(None if p is None else round(p.ttft_s * 1e3, 4))
         cols["tpot_ms"].append(None if p is None or p.tpot_s is None
                                else round(p.tpot_s * 1e3, 4))
@@ -218,9 +251,10 @@ def goodput_from_samples(samples: Mapping[str, Sequence[Any]], *, duration_s: fl
     if not duration_s > 0:
         raise ValueError(f"`duration_s > 0` must hold, but got {duration_s=}")
     good = 0
+    cut = samples.get("cut") or [False] * len(samples["e2e_ms"])
     for i in range(len(samples["e2e_ms"])):
-        if samples["e2e_ms"][i] is None:
-            continue  # failed request
+        if samples["e2e_ms"][i] is None or cut[i]:
+            continue  # failed, or cut off unfinished
         values = {key: samples[key][i] for key in GOODPUT_KEYS}
         if all(values[key] is None or values[key] <= limit for key, limit in bounds_ms.items()):
             good += 1

@@ -43,6 +43,8 @@ class RequestRecord:
     may carry several; this is what ``vllm bench serve`` times ITL over); ``end_s`` when the
     response finished; ``output_tokens`` the number of tokens generated (from the server's usage
     report when it gives one). ``error`` is set, with the reason, when the request failed.
+    ``cut_s`` is set when the measurement stopped waiting for it (the workload's drain limit):
+    it had not finished by then, and its latencies are known only as lower bounds.
     """
 
     index: int
@@ -53,6 +55,7 @@ class RequestRecord:
     end_s: float | None = None
     output_tokens: int = 0
     error: str | None = None
+    cut_s: float | None = None
 
     @property
     def ok(self) -> bool:

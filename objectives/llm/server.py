@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,9 +58,29 @@ __all__ = [
     "package_versions",
     "process_tree",
     "resolve_model",
+    "root_cause",
 ]
 
 DEFAULT_LOG_TAIL_CHARS = 4000
+
+
+#: How much of a failed server's log :func:`root_cause` searches.
+ROOT_CAUSE_LOG_CHARS = 400_000
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\([\w ]+pid=\d+\)\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\w*): (.+)$")
+#: Exception lines that only wrap the real cause (a multi-process engine reports its failed core).
+_WRAPPERS = ("Engine core initialization failed", "See root cause above", "Worker failed")
+
+
+def root_cause(log: str) -> str | None:
+    """The first exception line of ``log`` that is not a mere wrapper, without its process
+    prefix: a multi-process server prints the real error in one process's traceback and a generic
+    one last, so a log tail alone often misses it. None when the log shows no exception."""
+    for raw in log.splitlines():
+        match = _EXCEPTION_LINE.match(raw.strip())
+        if match and not any(w in match.group(2) for w in _WRAPPERS):
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -430,15 +451,17 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         warm = run_load(base_url, served_model, workload.warmup, max_concurrency=cap,
                         api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
         warmup_failed = sum(1 for r in warm.records if not r.ok)
+    drain = workload.spec.drain_limit_s
+    cutoff = None if drain is None or not requests else max(r.arrival_s for r in requests) + drain
     load = run_load(base_url, served_model, requests, max_concurrency=cap, api_key=api_key,
-                    extra_body=extra_body, timeout_s=timeout_s)
+                    extra_body=extra_body, timeout_s=timeout_s, cutoff_s=cutoff)
     metrics = summarize(load.records, duration_s=load.duration_s)
-    failures = [r.error for r in load.records if r.error is not None]
+    failures = [r.error for r in load.records if r.error is not None and r.cut_s is None]
     details: dict[str, Any] = {
         "requests": request_samples(load.records),
         "n_requests": len(requests), "warmup_requests": len(workload.warmup),
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
-        "load_duration_s": load.duration_s,
+        "load_duration_s": load.duration_s, "drain_limit_s": drain,
         "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
                                   if r.sent_s is not None), default=0.0),
     }

@@ -37,6 +37,7 @@ from advisor.errors import (
 from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.server import (
     DEFAULT_LOG_TAIL_CHARS,
+    ROOT_CAUSE_LOG_CHARS,
     ManagedServer,
     ModelSource,
     ServingWorkload,
@@ -45,6 +46,7 @@ from objectives.llm.server import (
     measure_endpoint,
     package_versions,
     process_tree,
+    root_cause,
 )
 from objectives.llm.workload import KIND, PRESETS, load_preset
 from objectives.measurement import Measurement
@@ -224,12 +226,16 @@ class ServingTarget(GoodputFromSLO, Target):
                                stop_on_sigterm=True) as server:
                 try:
                     startup_s = server.wait_ready(timeout_s)
-                except EngineStartError:
+                except EngineStartError as exc:
                     reason = self.engine_refusal(server.log_tail(), server.returncode)
                     if reason is not None:
                         raise ConfigRejectedError(
                             f"{spec.label} rejected the configuration: {reason}") from None
-                    raise
+                    cause = root_cause(server.log_tail(ROOT_CAUSE_LOG_CHARS))
+                    if cause is None:
+                        raise
+                    raise EngineStartError(f"{spec.label} failed to start: {cause}\n{exc}"
+                                           ) from None
                 for index, one in enumerate(series):
                     began = started if index == 0 else time.perf_counter()
                     try:

@@ -21,6 +21,8 @@ Parameters (``Workload.params``)::
     prompt_len: {dist: lognormal, median: 256, sigma: 0.8, min: 16, max: 2048}
     output_len: {dist: uniform, low: 64, high: 256}     # or {dist: fixed, value: 128}, or 128
     shared_prefix: {fraction: 0.5, length: 512, groups: 4}   # optional
+    drain_limit_s: 30                # optional: after the last arrival, wait at most this long;
+                                     # requests still running are cut off (see metrics.py)
 
 Each random aspect draws from its own stream spawned from ``seed`` (arrivals, lengths, prompt
 tokens, prefixes), so changing the rate leaves the prompts and lengths unchanged, and the
@@ -70,6 +72,7 @@ Process = Literal["poisson", "gamma", "concurrency", "trace"]
 Dist = Literal["fixed", "uniform", "lognormal"]
 
 _PARAM_KEYS = frozenset({"model", "n_requests", "warmup_requests", "seed", "arrival",
+                         "drain_limit_s",
                          "prompt_len", "output_len", "shared_prefix"})
 _ARRIVAL_KEYS: dict[str, frozenset[str]] = {
     "poisson": frozenset({"process", "rate_rps", "max_concurrency"}),
@@ -365,6 +368,8 @@ class LLMWorkloadSpec:
     prompt_len: LengthDist | None
     output_len: LengthDist | None
     shared_prefix: SharedPrefixSpec | None = None
+    #: Seconds after the last arrival to wait for unfinished requests; None waits for all.
+    drain_limit_s: float | None = None
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LLMWorkloadSpec:
@@ -410,7 +415,9 @@ class LLMWorkloadSpec:
                     f"(length={shared.length}, shortest prompt_len={prompt.lower})")
         warmup = _int(params.get("warmup_requests", min(_DEFAULT_WARMUP, n_requests)),
                       "warmup_requests", minimum=0)
-        return cls(model, n_requests, warmup, seed, arrival, prompt, output, shared)
+        drain = params.get("drain_limit_s")
+        drain_limit = None if drain is None else _positive(drain, "drain_limit_s")
+        return cls(model, n_requests, warmup, seed, arrival, prompt, output, shared, drain_limit)
 
     @classmethod
     def from_workload(cls, workload: Workload) -> LLMWorkloadSpec:
@@ -433,6 +440,8 @@ class LLMWorkloadSpec:
             out["output_len"] = self.output_len.to_params()
         if self.shared_prefix is not None:
             out["shared_prefix"] = self.shared_prefix.to_params()
+        if self.drain_limit_s is not None:
+            out["drain_limit_s"] = self.drain_limit_s
         return out
 
 

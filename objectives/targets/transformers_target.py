@@ -312,7 +312,10 @@ class TransformersTarget(GoodputFromSLO, Target):
             # The engine's count of forward passes (internal, so read defensively): how the knobs
             # shaped the schedule, independent of timing noise.
             passes_before = getattr(manager, "current_batch", None)
-            records, lag_ms = _drive(manager, served.requests, cap, "req")
+            drain = served.spec.drain_limit_s
+            cutoff = (None if drain is None or not served.requests
+                      else max(r.arrival_s for r in served.requests) + drain)
+            records, lag_ms = _drive(manager, served.requests, cap, "req", cutoff)
             passes_after = getattr(manager, "current_batch", None)
             failed_run = False
         finally:
@@ -320,6 +323,7 @@ class TransformersTarget(GoodputFromSLO, Target):
             manager.destroy()
 
         ends = [r.end_s for r in records if r.ok and r.end_s is not None]
+        ends += [r.cut_s for r in records if r.cut_s is not None]
         duration_s = max(ends) if ends else time.perf_counter() - started
         metrics = summarize(records, duration_s=duration_s)
         if on_gpu:
@@ -344,7 +348,8 @@ class TransformersTarget(GoodputFromSLO, Target):
                                 f"fixed on CPU: {kv_tokens} tokens (cpu_kv_cache_tokens)"),
             "n_requests": len(records), "warmup_requests": len(warm_records),
             "warmup_failed": len(warm_records) - len(warm_ok),
-            "failed_requests": sum(1 for r in records if not r.ok),
+            "failed_requests": sum(1 for r in records if not r.ok and r.cut_s is None),
+            "drain_limit_s": drain,
             "output_tokens": sum(r.output_tokens for r in records if r.ok),
             "requests_with_wrong_length": short,
             "max_concurrency": cap, "load_duration_s": duration_s, "startup_s": startup_s,
@@ -356,7 +361,7 @@ class TransformersTarget(GoodputFromSLO, Target):
                                else None),
             "requests": request_samples(records),
         }
-        if errors := [r.error for r in records if r.error is not None]:
+        if errors := [r.error for r in records if r.error is not None and r.cut_s is None]:
             details["first_request_errors"] = errors[:3]
         return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
                            details=details, duration_s=time.perf_counter() - started)
@@ -546,15 +551,16 @@ def _resolved_config(cb_config: Any) -> dict[str, Any]:
     return out
 
 
-def _drive(manager: Any, requests: Sequence[RequestSpec], cap: int | None, prefix: str
-           ) -> tuple[list[RequestRecord], float | None]:
+def _drive(manager: Any, requests: Sequence[RequestSpec], cap: int | None, prefix: str,
+           cutoff_s: float | None = None) -> tuple[list[RequestRecord], float | None]:
     """Feed ``requests`` to ``manager`` at their arrival times and consume the streamed outputs.
 
     Each request is added when its ``arrival_s`` (seconds from the start of this call) has come
     and, with a concurrency ``cap``, once fewer than ``cap`` requests are in flight. A chunk time
     is taken each time an output carrying new tokens is received. Returns the records and the
     mean lag (ms) between the engine producing a request's last token and the caller receiving
-    it (None if the engine recorded no timestamps).
+    it (None if the engine recorded no timestamps). At ``cutoff_s`` (seconds from the start) it
+    stops waiting: requests unfinished or unsent then get ``cut_s`` (the engine is stopped after).
     """
     records = [RequestRecord(index=r.index, scheduled_s=r.arrival_s, prompt_len=r.prompt_len)
                for r in requests]
@@ -566,6 +572,11 @@ def _drive(manager: Any, requests: Sequence[RequestSpec], cap: int | None, prefi
     last_output = t0
     while done < len(requests):
         now = time.perf_counter() - t0
+        if cutoff_s is not None and now >= cutoff_s:
+            for record in records:
+                if record.end_s is None and record.error is None:
+                    record.cut_s, record.error = now, f"cut off at {cutoff_s:g} s, unfinished"
+            break
         while (next_i < len(requests) and requests[next_i].arrival_s <= now
                and (cap is None or in_flight < cap)):
             spec, record = requests[next_i], records[next_i]

@@ -137,3 +137,45 @@ def test_recommend_fits_on_demand_without_models(tmp_path: Path) -> None:
     empty = TrialStore(f"sqlite:///{tmp_path / 'e.db'}")
     none = recommend(empty, RecommendationQuery(target="scripted", slo="p95_latency_ms<=5"))
     assert none.status == "not_covered" and none.tune_command
+
+
+@pytest.fixture(scope="module")
+def shipped_faiss(tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
+    from knowledge.transfer import SHIPPED_DIR, import_file
+
+    s = TrialStore(f"sqlite:///{tmp_path_factory.mktemp('shipped') / 'k.db'}")
+    for path in SHIPPED_DIR.glob("cpu-faiss-*.jsonl"):
+        import_file(s, path)
+    return s
+
+
+def test_shipped_faiss_answers_keep_their_conservative_bound(shipped_faiss: TrialStore) -> None:
+    trials = shipped_faiss.list_trials()
+    if not trials:
+        pytest.skip("no shipped FAISS knowledge")
+    hardware = trials[0].hardware_key
+    models = KnowledgeModels.fit(shipped_faiss, score=False)
+    answered = 0
+    for slo in ("p95_latency_ms<=0.2,recall_at_10>=0.95", "recall_at_10>=0.9",
+                "p95_latency_ms<=0.1,recall_at_10>=0.9", "p99_latency_ms<=0.5"):
+        for n in (2000, 5000, 8000):
+            rec = recommend(shipped_faiss, RecommendationQuery(
+                target="faiss", slo=slo, hardware=hardware, workload={"n_vectors": n}),
+                models=models)
+            if rec.status == "recommended":
+                answered += 1
+                assert all(m <= 0 for m in rec.conservative_margins.values()), rec.to_dict()
+                assert "faiss.index_factory" in (rec.launch_command or "")
+    assert answered >= 6
+
+
+def test_shipped_faiss_held_out_false_feasible_rate(shipped_faiss: TrialStore) -> None:
+    trials = [t for t in shipped_faiss.list_trials() if t.status == "complete"]
+    if not trials:
+        pytest.skip("no shipped FAISS knowledge")
+    audit = holdout_feasibility(context_of(trials[0]), trials, folds=5)
+    rate = audit.false_feasible_rate
+    print(f"shipped FAISS: {audit.false_feasible} of {audit.predicted_feasible} held-out "
+          f"(trial, SLO) pairs predicted feasible measured infeasible ({rate})")
+    assert audit.predicted_feasible >= 20
+    assert rate is not None and rate <= 0.1, audit.to_dict()

@@ -68,8 +68,9 @@ class _Spy:
         self.real = tt._drive
 
     def __call__(self, manager: Any, requests: list[RequestSpec], cap: int | None,
-                 prefix: str) -> tuple[list[RequestRecord], float | None]:
-        records, lag = self.real(manager, requests, cap, prefix)
+                 prefix: str, cutoff_s: float | None = None
+                 ) -> tuple[list[RequestRecord], float | None]:
+        records, lag = self.real(manager, requests, cap, prefix, cutoff_s)
         if prefix == "req":
             self.measured = records
         return records, lag
@@ -292,3 +293,19 @@ def test_gpu_only_knobs_run_on_gpu(dtype: str, workload: Workload, cache_dir: Pa
     assert resolved["max_memory_percent"] == 0.5
     assert measurement.details["device"] != "cpu" and measurement.details["dtype"] == dtype
     assert measurement.metrics["peak_memory_mb"] > 0
+
+
+def test_drain_limit_cuts_off_what_is_unfinished(workload: Workload, cache_dir: Path) -> None:
+    measurement, records = _run({}, workload.with_params(drain_limit_s=0.001), cache_dir)
+    cut = [r for r in records if r.cut_s is not None]
+    assert cut and records[-1] in cut  # nothing finishes within 1 ms of its arrival
+    last_arrival = max(r.scheduled_s for r in records)
+    for r in cut:
+        assert r.cut_s >= last_arrival + 0.001 and r.end_s is None
+        assert (r.error or "").startswith("cut off")
+    m = measurement.metrics
+    assert m["cut_requests"] == len(cut)
+    assert m["failed_requests"] == 0 and measurement.details["failed_requests"] == 0
+    assert m["ttft_p99_ms"] >= min(r.cut_s - r.scheduled_s for r in cut) * 1e3 - 1e-6 or \
+        any(r.chunk_times_s for r in cut)
+    assert measurement.details["requests"]["cut"] == [r.cut_s is not None for r in records]

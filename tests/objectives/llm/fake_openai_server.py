@@ -5,6 +5,7 @@ target's argv, through ``ADVISOR_VLLM_COMMAND``). Answers ``GET /health`` and st
 ``POST /v1/completions`` with ``max_tokens`` text chunks and a usage report, as vLLM does. It
 refuses requests without ``"ignore_eos": true`` (the targets must ask for fixed output lengths)
 and appends every request's Authorization header and body to ``$FAKE_SERVER_RECORD`` if set.
+With ``$FAKE_SERVER_CRASH`` set it fails at start-up the way vLLM's engine core does.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     Handler.served_model = args.served_model_name or args.model
     print(f"fake server for {args.model} on port {args.port}; argv: {sys.argv[1:]}", flush=True)
+    if os.environ.get("FAKE_SERVER_CRASH"):  # fail as a multi-process engine does: the cause
+        print(f"(EngineCore pid=7) ValueError: {os.environ['FAKE_SERVER_CRASH']}", flush=True)
+        for i in range(400):  # ... then a long wrapper traceback that pushes it out of the tail
+            print(f"(APIServer pid=6)   File \"frame{i}.py\", line {i}, in wrapper", flush=True)
+        print("(APIServer pid=6) RuntimeError: Engine core initialization failed. "
+              "See root cause above. Failed core proc(s): {}", flush=True)
+        sys.exit(1)
     http.server.ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
 
 

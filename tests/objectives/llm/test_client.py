@@ -220,3 +220,26 @@ def test_bad_arguments() -> None:
         run_load(BASE, "m", [spec()], max_concurrency=0)
     with pytest.raises(ValueError, match="timeout_s"):
         run_load(BASE, "m", [spec()], timeout_s=0)
+
+
+def test_cutoff_cancels_what_is_unfinished_and_keeps_what_was_timed() -> None:
+    fake = FakeServer(delay_s=0.05)  # 20 tokens: a second per request
+    reqs = [spec(0, output=20), spec(1, arrival=0.01, output=20), spec(2, arrival=0.02, output=1)]
+    result = run_load(BASE, "m", reqs, max_concurrency=2, transport=fake.transport(),
+                      cutoff_s=0.3)
+    running, waiting = result.records[0], result.records[2]
+    for rec in result.records[:2]:
+        assert rec.cut_s is not None and rec.cut_s >= 0.3 and rec.end_s is None
+        assert (rec.error or "").startswith("cut off at 0.3 s") and not rec.ok
+    assert 1 <= len(running.chunk_times_s) < 20  # the chunks seen before the cut are kept
+    assert waiting.sent_s is None and waiting.cut_s is not None  # held back by the cap
+    assert result.duration_s == pytest.approx(max(r.cut_s for r in result.records))  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="cutoff_s > 0"):
+        run_load(BASE, "m", reqs, transport=fake.transport(), cutoff_s=0)
+
+
+def test_without_cutoff_every_request_finishes() -> None:
+    fake = FakeServer(delay_s=0.001)
+    result = run_load(BASE, "m", [spec(i, arrival=0.005 * i) for i in range(4)],
+                      transport=fake.transport(), cutoff_s=30.0)
+    assert all(r.ok and r.cut_s is None for r in result.records)

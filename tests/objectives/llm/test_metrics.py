@@ -15,7 +15,9 @@ from objectives import parse_slo
 from objectives.llm.metrics import (
     PERCENTILES,
     goodput_bounds_from_slo,
+    goodput_from_samples,
     per_request,
+    request_samples,
     summarize,
 )
 from objectives.llm.requests import RequestRecord
@@ -193,3 +195,40 @@ def test_goodput_is_recomputed_from_stored_samples_for_any_slo() -> None:
     assert rescored.metrics["requests_per_s"] == 1.5
     assert with_goodput(Measurement({"x": 1.0}, {}), parse_slo("ttft_p95_ms<=1")).metrics == {
         "x": 1.0}  # nothing to rescore without samples
+
+
+def _cut(index: int, *, scheduled: float, chunks: list[float], cut: float,
+         sent: float | None = None) -> RequestRecord:
+    return RequestRecord(index=index, scheduled_s=scheduled, prompt_len=16, sent_s=sent,
+                         chunk_times_s=list(chunks), end_s=None, output_tokens=len(chunks),
+                         error=f"cut off at {cut:g} s, unfinished", cut_s=cut)
+
+
+def test_cut_requests_enter_ttft_and_e2e_as_lower_bounds() -> None:
+    done = record(0, scheduled=0.0, chunks=[0.1, 0.2, 0.3])  # TTFT 100 ms, E2E 300 ms
+    streaming = _cut(1, scheduled=1.0, sent=1.0, chunks=[1.5, 1.7], cut=3.0)  # TTFT 500, E2E>=2000
+    unsent = _cut(2, scheduled=2.0, chunks=[], cut=3.0)  # TTFT >= 1000, E2E >= 1000
+    m = summarize([done, streaming, unsent], duration_s=3.0,
+                  goodput_slo_ms={"ttft_ms": 5000, "e2e_ms": 5000})
+    assert m["ttft_p50_ms"] == pytest.approx(500.0)  # of 100, 500, 1000
+    assert m["ttft_mean_ms"] == pytest.approx((100 + 500 + 1000) / 3)
+    assert m["e2e_p50_ms"] == pytest.approx(1000.0)  # of 300, 2000, 1000
+    assert m["itl_mean_ms"] == pytest.approx((100 + 100 + 200) / 3)  # cut chunk gaps count
+    assert m["tpot_mean_ms"] == pytest.approx(100.0)  # only the finished request has a TPOT
+    assert m["output_tokens_per_s"] == pytest.approx((3 + 2) / 3.0)
+    assert m["requests_per_s"] == pytest.approx(1 / 3.0)
+    assert m["goodput_requests_per_s"] == pytest.approx(1 / 3.0)  # a cut request is never good
+    assert (m["failed_requests"], m["cut_requests"]) == (0.0, 2.0)
+    samples = request_samples([done, streaming, unsent])
+    assert samples["cut"] == [False, True, True]
+    assert samples["ttft_ms"][1:] == [500.0, 1000.0] and samples["e2e_ms"][1:] == [2000.0, 1000.0]
+    assert samples["tpot_ms"][1:] == [None, None] and samples["output_tokens"][1:] == [2, 0]
+    loose = {"ttft_ms": 1e9, "e2e_ms": 1e9}
+    assert goodput_from_samples(samples, duration_s=3.0, bounds_ms=loose) == pytest.approx(1 / 3)
+
+
+def test_a_run_where_everything_was_cut_still_measures() -> None:
+    m = summarize([_cut(0, scheduled=0.0, chunks=[0.4], cut=2.0)], duration_s=2.0)
+    assert m["cut_requests"] == 1 and m["requests_per_s"] == 0.0
+    assert m["ttft_p95_ms"] == pytest.approx(400.0) and m["e2e_p95_ms"] == pytest.approx(2000.0)
+    assert "cut" not in request_samples([record(0, chunks=[0.1])])  # no column without cuts

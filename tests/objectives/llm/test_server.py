@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from advisor.errors import EngineStartError
-from objectives.llm.server import ManagedServer, free_port, process_tree
+from objectives.llm.server import ManagedServer, free_port, process_tree, root_cause
 
 # A stdlib HTTP server: answers /health with 200 after DELAY seconds, forks a worker that
 # lives as long as it does (like vLLM's engine core), and writes both pids to PIDFILE.
@@ -206,3 +206,14 @@ def test_killed_parent_takes_the_whole_server_group_with_it(tmp_path: Path,
         for pid in pids:  # only the processes this test started
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_root_cause_skips_wrappers_and_process_prefixes() -> None:
+    log = ("INFO starting\n(EngineCore pid=12) Traceback (most recent call last):\n"
+           "(EngineCore pid=12)   File \"x.py\", line 1, in f\n"
+           "(EngineCore pid=12) torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB\n"
+           "(APIServer pid=3) RuntimeError: Engine core initialization failed. See root cause "
+           "above. Failed core proc(s): {}\n")
+    assert root_cause(log) == "torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"
+    assert root_cause("RuntimeError: Engine core initialization failed.") is None
+    assert root_cause("all good\nready") is None

@@ -215,3 +215,25 @@ def test_cli_also_rate_records_a_study_per_rate(fake_vllm: Path, tmp_path: Path)
         [sys.executable, "-m", "advisor", "tune", "--target", "faiss", "--also-rate", "5",
          "--trials", "1"], env=env, capture_output=True, text=True, timeout=120)
     assert wrong.returncode != 0 and "--also-rate needs an 'llm-serving' workload" in wrong.stderr
+
+
+def test_a_failed_start_names_its_root_cause_beyond_the_log_tail(
+        fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SERVER_CRASH", "fp8 KV cache needs a newer GPU")
+    outcome = run_isolated("vllm", {}, small_workload(), tmp_path / "cache", timeout_s=120)
+    assert outcome.error_type == "engine_start"
+    reason = outcome.reason or ""
+    assert reason.startswith("vLLM failed to start: ValueError: fp8 KV cache needs a newer GPU")
+    assert "Engine core initialization failed" in reason  # the log tail follows
+
+
+def test_a_drain_limit_cuts_an_overloaded_server_short(fake_vllm: Path, tmp_path: Path) -> None:
+    # 1,000 tokens at ~1 ms each: every request outlasts a 0.3 s drain limit.
+    slow = small_workload().with_params(output_len={"dist": "fixed", "value": 1000},
+                                        drain_limit_s=0.3)
+    m = VllmTarget().run({}, slow, tmp_path / "cache")
+    assert m.metrics["cut_requests"] == 6 and m.metrics["failed_requests"] == 0
+    assert m.metrics["requests_per_s"] == 0 and m.metrics["output_tokens_per_s"] > 0
+    assert m.details["drain_limit_s"] == 0.3 and m.details["load_duration_s"] < 5
+    assert m.details["requests"]["cut"] == [True] * 6
+    assert "first_request_errors" not in m.details  # a cut is not an error of the server
