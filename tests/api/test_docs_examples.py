@@ -79,9 +79,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 def _run(block: str, server: dict[str, Any]) -> str:
     env = {**server["env"], "ADVISOR_URL": server["url"], "ADVISOR_API_KEY": KEY}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env, cwd=ROOT,
+    # -e -u but not pipefail: like a reader's shell, `curl ... | head` may end curl early.
+    done = subprocess.run(["bash", "-eu", "-c", block], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"{block}\n--- stderr ---\n{done.stderr}"
+    assert done.returncode == 0, f"{block}\n--- exit {done.returncode}, stderr ---\n{done.stderr}"
     return done.stdout
 
 
