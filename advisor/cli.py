@@ -464,8 +464,12 @@ def trials_cmd(
     if status is not None and status not in TrialStatus.ALL:
         raise AdvisorError(f"unknown status {status!r}; choose one of {', '.join(TrialStatus.ALL)}")
     store = _store()
-    rows = store.list_trials(TrialFilter(target=target, study=study, status=status,
-                                         feasible=feasible, hardware_key=hardware))[-limit:]
+    matching = store.list_trials(TrialFilter(target=target, study=study, status=status,
+                                             feasible=feasible, hardware_key=hardware))
+    rows = matching[-limit:]
+    if len(rows) < len(matching):
+        err.print(f"showing the newest {len(rows)} of {len(matching)} matching trials; "
+                  f"--limit {len(matching)} shows them all")
     if as_json:
         out.print_json(data=[r.model_dump(mode="json") for r in rows])
         return
@@ -845,7 +849,8 @@ def worker_cmd(
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
     table = Table(title=title)
-    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage"):
+    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage",
+              "noise floor (repeats)"):
         table.add_column(c)
     for r in rows:
         mape = r["mape"]
@@ -853,8 +858,10 @@ def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> 
         if mape is not None and goal is not None and _is_goal_metric(r["metric"]):
             text += " [green]ok[/green]" if mape <= goal else " [yellow]above goal[/yellow]"
         cov = r["interval_coverage"]
+        floor = r.get("noise_floor_mape")
         table.add_row(r["context"], r["metric"], str(r["n"]), str(r["configs"]), text,
-                      "-" if cov is None else f"{cov:.0%}")
+                      "-" if cov is None else f"{cov:.0%}",
+                      "-" if floor is None else f"{floor:.1%} (n={r['noise_floor_n']})")
     return table
 
 

@@ -406,11 +406,19 @@ def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[s
             study=ctx.trial_studies[int(i)] if ctx.trial_studies else "",
             config=ctx.configs[int(i)],
             metrics={m: measured[m] for m in metrics if m in measured},
-            workload=next((w.name for w in ctx.workloads
+            workload=next((_workload_label(w) for w in ctx.workloads
                            if w.spec_hash == ctx.trial_workload[int(i)]), ""),
             workload_features=ctx.features[int(i)], meets_slo=slo.is_met(measured),
             same_config=_config_key(ctx.configs[int(i)]) == key, distance=float(dist[int(i)])))
     return out
+
+
+def _workload_label(w: WorkloadPoint) -> str:
+    """``chat @60 req/s`` / ``stdlib-docs-8k N=6000``: the preset name and what was varied."""
+    f = w.features
+    extra = (f" @{f['rate_rps']:g} req/s" if "rate_rps" in f
+             else f" N={f['n_vectors']:g}" if "n_vectors" in f else "")
+    return w.name.split("@", 1)[0] + extra
 
 
 def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | None = None,

@@ -1,5 +1,6 @@
-"""The knowledge base: the trial store (SQLModel on SQLite or PostgreSQL) and, later, the
-surrogate models and cheat-sheet built from it. Never imports an engine."""
+"""The knowledge base: the trial store (SQLModel on SQLite or PostgreSQL), the surrogate models
+fitted on it (surrogate.py, cache.py), rules of thumb (rules.py) and the cheat-sheet renderers
+(render.py). Never imports an engine or optuna."""
 
 from __future__ import annotations
 

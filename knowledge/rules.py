@@ -151,9 +151,10 @@ def _llm_rules(trials: Sequence[Trial]) -> list[Rule]:
         "p99 TTFT against KV offload (swap) space", "p99 = a + b / (1 + c * x)",
         "kv_offloading_size (GiB, 0 = off)", "TTFT p99 (ms)", pts,
         lambda x, a, b, c: a + b / (1 + c * x), [1000.0, 1000.0, 0.1], ["a", "b", "c"],
-        log_y=True, bounds=([0, -1e7, 0], [1e7, 1e7, 100]),
-        note="vLLM's CPU offloading (its swap space since 0.18); all other knobs vary too, so "
-             "R² shows how much of p99 the offload size alone explains"))
+        log_y=True, bounds=([0, 0, 0], [1e7, 1e7, 100]),
+        note="vLLM's CPU offloading (its swap space since 0.18), fitted as decreasing in x (b, c "
+             ">= 0); all other knobs and the arrival rate vary too, so R² shows how much of p99 "
+             "the offload size alone explains"))
     tput = [t for t in trials if "output_tokens_per_s" in t["metrics"]
             and "block_size" in t["config"]]
     pts = [(float(t["config"]["block_size"]), float(t["metrics"]["output_tokens_per_s"]))

@@ -37,6 +37,7 @@ __all__ = [
     "derived_features",
     "fit_context",
     "metric_transform",
+    "noise_floor",
     "workload_features",
 ]
 
@@ -518,10 +519,34 @@ class MetricScore:
     mape: float | None
     coverage: float | None
     folds: int
+    #: Error of predicting each repeated measurement by the geometric mean of its repeats (same
+    #: config, same workload): the floor no model can beat. None without repeats.
+    noise_mape: float | None = None
+    noise_n: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "n": self.n, "configs": self.n_groups,
-                "mape": self.mape, "interval_coverage": self.coverage, "folds": self.folds}
+                "mape": self.mape, "interval_coverage": self.coverage, "folds": self.folds,
+                "noise_floor_mape": self.noise_mape, "noise_floor_n": self.noise_n}
+
+
+def noise_floor(trials: Sequence[TrialRecord], metric: str) -> tuple[float | None, int]:
+    """Leave-one-out error among repeats: each measurement against the geometric mean of the
+    other measurements of the same config on the same workload."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for t in trials:
+        v = t.metrics.get(metric)
+        if isinstance(v, int | float) and v > 0:
+            groups.setdefault((t.config_hash, t.workload_hash), []).append(float(v))
+    errors: list[float] = []
+    for values in groups.values():
+        if len(values) < 2:
+            continue
+        logs = np.log(values)
+        for i, v in enumerate(values):
+            others = np.exp(np.delete(logs, i).mean())
+            errors.append(abs(others - v) / v)
+    return (float(np.mean(errors)) if errors else None), len(errors)
 
 
 @dataclass
@@ -722,6 +747,7 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
             pred = _inverse(kind, c)
             errors.extend((np.abs(pred - y[test]) / np.maximum(np.abs(y[test]), 1e-12)).tolist())
             inside.extend(((z[test] >= lo) & (z[test] <= hi)).tolist())
+        floor, floor_n = noise_floor(usable, metric)
         out[metric] = MetricScore(metric, len(y), n_groups, float(np.mean(errors)),
-                                  float(np.mean(inside)), k)
+                                  float(np.mean(inside)), k, floor, floor_n)
     return out

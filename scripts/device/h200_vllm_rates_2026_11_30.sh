@@ -10,14 +10,20 @@
 #
 #   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=380 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=465 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+# Next runs (new RUN letters) should add DRAIN=20: a start then costs ~2 minutes for four trials.
+# Run it as `... > $OUT/log.txt 2>&1 < /dev/null`, never into a pipe: an engine left by a killed
+# trial can hold a pipe open until the call's limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RUN=${RUN:-a}
 SEED=$(( $(printf '%d' "'$RUN") - 96 ))   # a -> 1, b -> 2, ...
 DEFAULT=--include-default
 [ "$RUN" = a ] || DEFAULT=--no-include-default
-COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT"
+# DRAIN=<s> bounds how long an overloaded config's queue is drained (workload drain_limit_s,
+# docs/metrics.md); the 2026-11-30 runs predate it and waited for every request.
+DRAIN_PARAM=${DRAIN:+--workload-param drain_limit_s=$DRAIN}
+COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT $DRAIN_PARAM"
 poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 STUDIES=(
   "GPU=0 $COMMON --model llama-3-8b --trials ${VLLM_TRIALS_8B:-40} --name h200-vllm-8b-chat-45rps-$RUN --workload-param n_requests=360 --workload-param $(poisson 45) --also-rate 15 --also-rate 30 --also-rate 60"
@@ -25,6 +31,6 @@ STUDIES=(
 )
 [ "${VLLM_TRIALS_1B:-40}" -gt 0 ] || unset 'STUDIES[1]'
 if [ "${TRANSFORMERS:-0}" -gt 0 ]; then
-  STUDIES+=("GPU=1 --target transformers --slo ttft_p95_ms<=300,tpot_p95_ms<=40 --model llama-3.2-1b --workload chat --sampler tpe --seed $SEED --timeout 300 --trials $TRANSFORMERS --name h200-transformers-1b-chat-4rps-$RUN --workload-param n_requests=64 --workload-param $(poisson 4)")
+  STUDIES+=("GPU=1 --target transformers --slo ttft_p95_ms<=300,tpot_p95_ms<=40 --model llama-3.2-1b --workload chat --sampler tpe --seed $SEED --timeout 300 --trials $TRANSFORMERS --name h200-transformers-1b-chat-4rps-$RUN --workload-param n_requests=64 --workload-param $(poisson 4) $DRAIN_PARAM")
 fi
 bash scripts/device/run_study.sh "${STUDIES[@]}"

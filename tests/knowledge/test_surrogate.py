@@ -110,3 +110,14 @@ def test_cache_refits_only_when_the_store_changes(syn_store: TrialStore, tmp_pat
     refreshed = fresh.get()
     assert refreshed.data.trials == first.data.trials + 3
     assert fresh.get(refit=False) is refreshed
+
+
+def test_noise_floor_comes_from_repeats_only(syn_store: TrialStore) -> None:
+    from knowledge.surrogate import noise_floor
+
+    trials = syn_store.list_trials()
+    floor, n = noise_floor(trials, "p95_latency_ms")
+    # 40 configs x 3 sizes x 2 repeats, 4 % log-normal noise: pairwise error ~ 4 % * sqrt(2)
+    assert n == 240 and floor is not None and 0.02 < floor < 0.1
+    single = [t for t in trials if t.number % 2 == 0]  # one measurement per config and size
+    assert noise_floor(single, "p95_latency_ms") == (None, 0)

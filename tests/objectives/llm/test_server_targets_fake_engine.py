@@ -211,6 +211,11 @@ def test_cli_also_rate_records_a_study_per_rate(fake_vllm: Path, tmp_path: Path)
         env=env, capture_output=True, text=True, timeout=120).stdout)
     assert len(trials) == 2
     assert trials[0]["workload_spec"]["params"]["arrival"]["rate_rps"] == 100
+    newest = subprocess.run(
+        [sys.executable, "-m", "advisor", "trials", "--study", "fake@100rps", "--limit", "1",
+         "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert len(json.loads(newest.stdout)) == 1
+    assert "showing the newest 1 of 2 matching trials; --limit 2" in newest.stderr
     wrong = subprocess.run(
         [sys.executable, "-m", "advisor", "tune", "--target", "faiss", "--also-rate", "5",
          "--trials", "1"], env=env, capture_output=True, text=True, timeout=120)
