@@ -1,4 +1,4 @@
-"""The ``advisor`` command line: targets, tune, studies, trials, recommend.
+"""The ``advisor`` command line: targets, tune, studies, trials, recommend, serve, worker.
 
 Errors the advisor raises on purpose are printed as one line (exit code 2); ``--debug`` shows the
 traceback. Human output goes through rich; ``--json`` gives machine-readable output.
@@ -6,9 +6,11 @@ traceback. Human output goes through rich; ``--json`` gives machine-readable out
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -759,6 +761,90 @@ def knowledge_import_cmd(
         out.print(f"{path}: {summary.trials_imported} trials imported, "
                   f"{summary.trials_skipped} already present, "
                   f"{summary.studies_created} new studies")
+
+
+# serve / worker ------------------------------------------------------------------------------
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    worker: Annotated[bool, typer.Option(
+        help="Start the job worker as a supervised child process (runs studies started with "
+             "POST /v1/studies). --no-worker when `advisor worker` runs elsewhere.")] = True,
+    dev_loopback: Annotated[bool, typer.Option(
+        "--dev-loopback", help="Development only: with no API key configured, accept mutating "
+                               "requests from this machine (refused unless --host is loopback).")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the REST API (recommendations, cheat-sheet, studies, jobs) on the configured store.
+
+    Mutating endpoints need an API key (ADVISOR_API_KEY or ADVISOR_API_KEY_FILE); without one
+    they are refused. See docs/api.md.
+    """
+    import uvicorn
+
+    from advisor.worker import WorkerSupervisor
+    from api import create_app
+
+    settings = _settings()
+    if dev_loopback:
+        settings = settings.model_copy(update={"api_dev_loopback": True})
+    if settings.api_dev_loopback and host not in _LOOPBACK:
+        raise AdvisorError(f"--dev-loopback (ADVISOR_API_DEV_LOOPBACK) is only allowed when bound "
+                           f"to 127.0.0.1 or ::1, not {host!r}; configure ADVISOR_API_KEY instead")
+    _store(settings).close()  # create tables and import the shipped knowledge before serving
+    keys = settings.api_keys()
+    mode = (f"{len(keys)} API key(s) configured" if keys else
+            "no API key: mutating endpoints accept loopback clients only (--dev-loopback)"
+            if settings.api_dev_loopback else
+            "no API key configured: mutating endpoints are refused (set ADVISOR_API_KEY)")
+    err.print(f"advisor serve on http://{host}:{port} ({mode}); API docs at /docs")
+    api = create_app(settings)
+    started = time.perf_counter()
+    models = api.state.knowledge.models()  # fit (or load) before the first request, not in it
+    err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
+              f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
+    # The models are a large, long-lived heap: keep them out of the garbage collector's scans so
+    # its pauses do not land on request latencies.
+    gc.collect()
+    gc.freeze()
+    supervisor = WorkerSupervisor(settings) if worker else None
+    if supervisor is not None:
+        supervisor.start()
+    try:
+        uvicorn.run(api, host=host, port=port, log_level=log_level,
+                    access_log=False)
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+@app.command("worker")
+def worker_cmd(
+    once: Annotated[bool, typer.Option(
+        "--once", help="Run the queued jobs, then exit instead of polling.")] = False,
+) -> None:
+    """Run studies queued over the REST API (POST /v1/studies), one at a time.
+
+    `advisor serve` starts one for you; run it yourself with `advisor serve --no-worker`, e.g. on
+    the machine whose hardware the studies should measure. SIGTERM cancels the running job's
+    trial, records it, and exits.
+    """
+    import signal
+
+    from advisor.worker import Worker
+
+    settings = _settings()
+    w = Worker(settings, _store(settings))
+    signal.signal(signal.SIGTERM, lambda *_: w.stop())
+    signal.signal(signal.SIGINT, lambda *_: w.stop())
+    w.run_forever(stop_when_idle=once)
 
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:

@@ -13,6 +13,7 @@ sampler chooses every config; the co-measured studies only record, and are resum
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -47,6 +48,7 @@ __all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResul
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
 _DEFAULT_ROLE = "engine-default"
+_FIXED_ATTR = "advisor_fixed"
 #: Provenance keys linking a study and the studies measured alongside it.
 _CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
 
@@ -74,6 +76,8 @@ class StudySpec:
     include_default: bool = True
     #: Studies measured in the same trials under other workloads (see the module docstring).
     co_measured: tuple[CoMeasured, ...] = ()
+    #: Knobs held at one value for the whole study (validated against the space by the caller).
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
@@ -205,10 +209,13 @@ class StudyDriver:
             co_study = self._create_study(co_spec, {**facts, _CO_WITH: spec.name})
             companions.append(_Companion(co_spec, co_study, self._recording_study(co_spec)))
         ostudy = self._optuna_study(spec, study)
-        if spec.include_default:
+        if spec.fixed:
+            ostudy.set_user_attr(_FIXED_ATTR, dict(spec.fixed))
+        default = target.space().default_config()
+        # With fixed knobs the engine default is measured only where it agrees with them.
+        if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
             # default_config() holds exactly the active knobs, which is what the sampler replays.
-            ostudy.enqueue_trial(target.space().default_config(),
-                                 user_attrs={"advisor_role": _DEFAULT_ROLE})
+            ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
         return self._loop(spec, study, target, ostudy, companions)
 
     def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
@@ -277,10 +284,17 @@ class StudyDriver:
         # On resume, offset the seed so the sampler does not replay its start-up sequence.
         done = len(self.store.trials_of_study(study.id or 0))
         seed = None if spec.seed is None else spec.seed + done
+        storage = optuna_storage(self.store.url)
+        fixed = dict(spec.fixed)
+        with contextlib.suppress(KeyError):  # on resume: the fixed knobs the study started with
+            fixed = {**optuna.load_study(study_name=spec.name, storage=storage)
+                     .user_attrs.get(_FIXED_ATTR, {}), **fixed}
+        sampler = _make_sampler(spec.sampler, seed)
+        if fixed:
+            sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
         return optuna.create_study(
-            storage=optuna_storage(self.store.url), study_name=spec.name,
-            direction=spec.objective.direction, sampler=_make_sampler(spec.sampler, seed),
-            load_if_exists=True,
+            storage=storage, study_name=spec.name, direction=spec.objective.direction,
+            sampler=sampler, load_if_exists=True,
         )
 
     def _recording_study(self, spec: StudySpec) -> optuna.Study:

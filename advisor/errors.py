@@ -13,6 +13,7 @@ __all__ = [
     "DataError",
     "EngineStartError",
     "EngineUnavailableError",
+    "JobError",
     "NotFoundError",
     "SLOParseError",
     "SearchSpaceError",
@@ -73,4 +74,9 @@ class StudyError(AdvisorError):
 
 
 class NotFoundError(AdvisorError):
-    """Asked-for knowledge does not exist (no cheat-sheet row / knob for that context)."""
+    """Something asked for does not exist: a study, trial or job by id, or knowledge (no
+    cheat-sheet row / knob for that context)."""
+
+
+class JobError(AdvisorError):
+    """A background job cannot be created or changed as asked (e.g. cancelling a finished job)."""

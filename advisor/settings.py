@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings", "default_db_url"]
@@ -37,3 +37,37 @@ class Settings(BaseSettings):
     import_shipped: bool = Field(
         default=True, description="import the shipped knowledge (knowledge/data/*.jsonl) into the "
                                   "store when the CLI opens it, once per file content")
+
+    # REST service (`advisor serve`) -----------------------------------------------------------
+    api_key: SecretStr | None = Field(
+        default=None, description="API key(s) for mutating endpoints; several keys (rotation) "
+                                  "are comma-separated. Unset: mutating endpoints are refused")
+    api_key_file: Path | None = Field(
+        default=None, description="file holding API keys, one per line ('#' comments allowed)")
+    api_read_requires_key: bool = Field(
+        default=False, description="also require the API key for read endpoints (GET /v1/...)")
+    api_dev_loopback: bool = Field(
+        default=False, description="development mode: with no key configured, accept mutating "
+                                   "requests from 127.0.0.1/::1 only; `advisor serve` refuses it "
+                                   "on any other bind address")
+    api_cors_origins: list[str] = Field(
+        default_factory=list, description="origins allowed by CORS (JSON list); empty: CORS off")
+    api_max_body_bytes: int = Field(default=64 * 1024, gt=0,
+                                    description="larger request bodies are refused with 413")
+    api_refresh_interval_s: float = Field(
+        default=2.0, ge=0, description="how often the service checks the store for new trials "
+                                       "before refitting its models and cheat-sheet")
+    worker_poll_interval_s: float = Field(default=1.0, gt=0,
+                                          description="how often the worker looks for jobs")
+
+    def api_keys(self) -> list[str]:
+        """Every configured API key (from ``api_key`` and ``api_key_file``), blanks dropped."""
+        keys: list[str] = []
+        if self.api_key is not None:
+            keys += [k.strip() for k in self.api_key.get_secret_value().split(",")]
+        if self.api_key_file is not None:
+            for line in self.api_key_file.read_text().splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    keys.append(line)
+        return [k for k in keys if k]

@@ -2,40 +2,70 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import FastAPI, Request, Response, status
-from sqlalchemy import text
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from advisor import __version__
-from advisor.errors import StoreError
+from advisor.errors import AdvisorError
 from advisor.settings import Settings
+from api.errors import install_error_handlers
+from api.knowledge import Knowledge
+from api.metrics import ApiMetrics
+from api.middleware import LimitsAndMetrics
+from api.routes import (
+    COMMON_ERRORS,
+    cheatsheet,
+    health,
+    jobs,
+    recommendations,
+    studies,
+    targets,
+    trials,
+)
 from knowledge import TrialStore
+from knowledge.jobs import JobStore
 
 __all__ = ["create_app"]
+
+_DESCRIPTION = """\
+SLO-driven tuning advisor: recommendations and cheat-sheet values from measured trials, and
+tuning studies run in the background.
+
+**Auth.** Mutating endpoints (`POST /v1/studies`, `POST /v1/jobs/{id}/cancel`) need an API key,
+sent as `Authorization: Bearer <key>` or `X-API-Key: <key>`. With no key configured on the
+server they answer 403. Reads are open unless the server sets `ADVISOR_API_READ_REQUIRES_KEY`.
+
+**Errors.** Every 4xx/5xx answer has the body `{"error": {"type", "message", "detail"}}`.
+"""
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app on ``settings`` (the environment's when None)."""
     settings = settings or Settings()
-    app = FastAPI(title="slo-advisor", version=__version__)
+    try:
+        keys = settings.api_keys()
+    except OSError as exc:
+        raise AdvisorError(f"cannot read the API key file {settings.api_key_file}: "
+                           f"{exc.strerror}") from None
+    app = FastAPI(title="slo-advisor", version=__version__, description=_DESCRIPTION,
+                  responses=COMMON_ERRORS)
     store = TrialStore(settings.db_url)
+    app.state.settings = settings
     app.state.store = store
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        """Liveness: the process answers."""
-        return {"status": "ok", "version": __version__}
-
-    @app.get("/readyz")
-    def readyz(request: Request, response: Response) -> dict[str, Any]:
-        """Readiness: the trial store answers a query."""
-        try:
-            with request.app.state.store.session() as s:
-                s.exec(text("SELECT 1"))
-        except StoreError as exc:
-            response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-            return {"status": "unavailable", "reason": str(exc)}
-        return {"status": "ready"}
-
+    app.state.jobs = JobStore(store)
+    app.state.api_keys = [k.encode() for k in keys]
+    app.state.knowledge = Knowledge(store, cache_dir=settings.cache_dir,
+                                    refresh_interval_s=settings.api_refresh_interval_s)
+    app.state.metrics = ApiMetrics(store)
+    install_error_handlers(app)
+    for module in (health, recommendations, cheatsheet, studies, jobs, trials, targets):
+        app.include_router(module.router)
+    if settings.api_cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.api_cors_origins,
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "X-API-Key", "Content-Type"])
+    # Outermost: the size limit applies before anything reads the body, and metrics see every
+    # answer, refusals included.
+    app.add_middleware(LimitsAndMetrics, max_body_bytes=settings.api_max_body_bytes,
+                       metrics=app.state.metrics)
     return app

@@ -14,8 +14,8 @@ from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-__all__ = ["ImportRecord", "SLOMarginRecord", "StudyRecord", "StudyStatus", "TrialRecord",
-           "TrialStatus", "utcnow"]
+__all__ = ["ImportRecord", "JobRecord", "JobStatus", "SLOMarginRecord", "StudyRecord",
+           "StudyStatus", "TrialRecord", "TrialStatus", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -152,3 +152,42 @@ class ImportRecord(SQLModel, table=True):
     studies: int = 0
     trials: int = 0
     imported_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class JobStatus:
+    """Background job states (``POST /v1/studies``). ``queued`` and ``running`` are active."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ALL = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+    ACTIVE = (QUEUED, RUNNING)
+
+
+class JobRecord(SQLModel, table=True):
+    """A tuning study requested over the REST API and run by the worker, not by the request.
+
+    ``request`` holds the validated study spec (plain data only: a registered target name, an
+    SLO, knob values checked against the target's space, a workload spec); nothing in it is ever
+    passed to a shell or used as a path.
+    """
+
+    __tablename__ = "advisor_job"
+
+    id: int | None = Field(default=None, primary_key=True)
+    uid: str = Field(default_factory=lambda: uuid.uuid4().hex, index=True, unique=True,
+                     max_length=32)
+    status: str = Field(default=JobStatus.QUEUED, index=True, max_length=16)
+    study_name: str = Field(index=True, max_length=200)
+    target: str = Field(max_length=64)
+    request: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    cancel_requested: bool = False
+    host: str | None = Field(default=None, max_length=255)
+    pid: int | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    heartbeat_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

@@ -1,0 +1,181 @@
+"""The job worker (``advisor worker``): runs studies queued over the REST API, one at a time.
+
+Each job runs in its own process (``python -m advisor.jobs JOB_ID``, an argv list, never a shell),
+in its own process group, so a cancel can stop it mid-trial. One job at a time on purpose: two
+studies measuring on the same machine would disturb each other's figures. ``advisor serve`` starts
+the worker as a supervised child process; it can also run on its own (``advisor worker``), on any
+machine that reaches the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from advisor.settings import Settings
+from knowledge import TrialStore
+from knowledge.jobs import JobStore, pid_alive
+from knowledge.models import JobRecord, JobStatus, StudyStatus, TrialStatus
+from objectives.processes import die_with_parent, kill_process_group
+
+__all__ = ["Worker", "WorkerSupervisor"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a job process gets to stop its trial and record the cancel before it is killed.
+CANCEL_GRACE_S = 20.0
+
+
+def _job_env(settings: Settings) -> dict[str, str]:
+    # Settings travel through the environment, so no secret (a database password) shows in argv;
+    # the API keys stay with the server (jobs and the engines they start never need them).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_API_KEY")}
+    return {**env, "ADVISOR_DB_URL": settings.db_url,
+            "ADVISOR_CACHE_DIR": str(settings.cache_dir),
+            "ADVISOR_TRIAL_TIMEOUT_S": str(settings.trial_timeout_s),
+            "ADVISOR_HEARTBEAT_INTERVAL_S": str(settings.heartbeat_interval_s),
+            **({"ADVISOR_TRIAL_MEMORY_LIMIT_MB": str(settings.trial_memory_limit_mb)}
+               if settings.trial_memory_limit_mb else {})}
+
+
+class Worker:
+    """Polls the job table: fails jobs whose process died, then runs the oldest queued job."""
+
+    def __init__(self, settings: Settings, store: TrialStore | None = None) -> None:
+        self.settings = settings
+        self.store = store or TrialStore(settings.db_url)
+        self.jobs = JobStore(self.store)
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def reconcile(self) -> list[str]:
+        """Mark running jobs whose process is gone as failed (a restart of the server or worker
+        must not leave a job "running" forever); returns their ids."""
+        stale_after = max(30.0, 10 * self.settings.heartbeat_interval_s)
+        failed = []
+        for job in self.jobs.abandoned(stale_after):
+            self.jobs.finish(job.uid, JobStatus.FAILED,
+                             f"its worker process (pid {job.pid} on {job.host}) died; resume the "
+                             f"study with `advisor tune --name {job.study_name} --resume ...` "
+                             "or start a new job with resume=true")
+            self._leave_study_consistent(job.study_name)
+            failed.append(job.uid)
+        return failed
+
+    def _leave_study_consistent(self, study_name: str) -> None:
+        """The study of a dead job: its trials whose process is gone (on this host) become
+        interrupted, and the study interrupted, so no reader sees them "running" forever."""
+        study = self.store.get_study(study_name)
+        if study is None:
+            return
+        here = socket.gethostname()
+        for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
+            if rec.host == here and rec.pid is not None and not pid_alive(rec.pid):
+                self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
+                                      error_type="interrupted",
+                                      error="the job running this trial died with its worker")
+        if not self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]) and \
+                study.status == StudyStatus.RUNNING:
+            self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
+
+    def run_once(self) -> JobRecord | None:
+        """Reconcile, then run one queued job to its end (None when none was queued)."""
+        self.reconcile()
+        job = self.jobs.claim_next(os.getpid())
+        if job is None:
+            return None
+        self._run(job)
+        return self.jobs.get(job.uid)
+
+    def run_forever(self, *, stop_when_idle: bool = False) -> None:
+        while not self._stop.is_set():
+            if self.run_once() is None:
+                if stop_when_idle:
+                    return
+                self._stop.wait(self.settings.worker_poll_interval_s)
+
+    def _run(self, job: JobRecord) -> None:
+        log.info("running job %s (study %s)", job.uid, job.study_name)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "advisor.jobs", job.uid], stdin=subprocess.DEVNULL,
+            env=_job_env(self.settings), start_new_session=True, preexec_fn=die_with_parent)
+        self.jobs.set_pid(job.uid, proc.pid)
+        cancel_sent: float | None = None
+        while True:
+            try:
+                code = proc.wait(timeout=self.settings.worker_poll_interval_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            self.jobs.heartbeat(job.uid)  # for workers on other hosts: this one is alive
+            current = self.jobs.get(job.uid)
+            if self._stop.is_set() or current.cancel_requested:
+                if cancel_sent is None:
+                    cancel_sent = time.monotonic()
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+                elif time.monotonic() - cancel_sent > CANCEL_GRACE_S:
+                    kill_process_group(proc, grace_s=1.0)
+                    code = proc.returncode
+                    break
+        final = self.jobs.get(job.uid)
+        if final.status in JobStatus.ACTIVE:
+            # The job process died before recording its end (killed, crashed hard).
+            cancelled = final.cancel_requested
+            self.jobs.finish(job.uid, JobStatus.CANCELLED if cancelled else JobStatus.FAILED,
+                             "cancelled on request; the job process was killed" if cancelled
+                             else f"the job process exited with code {code} without a result")
+        log.info("job %s ended: %s", job.uid, self.jobs.get(job.uid).status)
+
+
+class WorkerSupervisor:
+    """Keeps one ``advisor worker`` child process alive next to the server (restarts it when it
+    dies, with a back-off) and stops it with the server."""
+
+    def __init__(self, settings: Settings, *, argv: list[str] | None = None,
+                 on_exit: Callable[[int], None] | None = None) -> None:
+        self.settings = settings
+        self.argv = argv or [sys.executable, "-m", "advisor", "worker"]
+        self.on_exit = on_exit
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="worker-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                env=_job_env(self.settings), start_new_session=True,
+                                preexec_fn=die_with_parent)
+
+    def _loop(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.proc = self._spawn()
+            code = self.proc.wait()
+            if self._stop.is_set():
+                return
+            log.warning("worker exited with code %s; restarting in %.0f s", code, backoff)
+            if self.on_exit is not None:
+                self.on_exit(code)
+            backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, 30.0)
+            self._stop.wait(backoff)
+
+    def stop(self) -> None:
+        """Stop the worker: it cancels its running job (recorded as cancelled) and exits."""
+        self._stop.set()
+        if self.proc is not None and self.proc.poll() is None:
+            kill_process_group(self.proc, grace_s=CANCEL_GRACE_S + 5)
+        self._thread.join(timeout=5)

@@ -1,0 +1,227 @@
+"""Request and response models of the REST API (``XCreate`` in, ``XPublic`` out)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CheatSheetValuePublic",
+    "ErrorBody",
+    "ErrorPublic",
+    "JobProgress",
+    "JobPublic",
+    "Page",
+    "RecommendationCreate",
+    "RecommendationPublic",
+    "StudyCreate",
+    "StudyPublic",
+    "TrialPublic",
+    "WorkloadChoice",
+]
+
+T = TypeVar("T")
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class ErrorBody(BaseModel):
+    type: str = Field(description="machine-readable error kind, e.g. `unauthorized`, "
+                                  "`validation_error`, `not_found`, `slo_parse_error`")
+    message: str = Field(description="what went wrong and how to fix it")
+    detail: Any = Field(default=None, description="field errors or other context, if any")
+
+
+class ErrorPublic(BaseModel):
+    """Every 4xx/5xx answer has this body."""
+
+    error: ErrorBody
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"error": {
+        "type": "unauthorized", "message": "this endpoint needs an API key: send "
+                                           "`Authorization: Bearer <key>` or `X-API-Key: <key>`",
+        "detail": None}}]})
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing; ``total`` counts every match."""
+
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+# recommendations ------------------------------------------------------------------------------
+
+
+class RecommendationCreate(BaseModel):
+    """An SLO and the context it must hold in."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"target": "faiss", "slo": "p95_latency_ms<=0.25,recall_at_10>=0.95",
+         "objective": "maximize:qps", "hardware": "cpu"},
+        {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
+         "model": "llama-3-8b", "workload": {"class": "chat", "rate_rps": 8}},
+    ]})
+
+    target: str = Field(min_length=1, max_length=64, pattern=_NAME,
+                        description="a registered target (`GET /v1/targets`)")
+    slo: str = Field(min_length=1, max_length=500,
+                     description="bounds to meet, `metric<=x` / `metric>=x`, comma-separated")
+    objective: str | None = Field(default=None, max_length=80,
+                                  description="`maximize:METRIC` or `minimize:METRIC`; default "
+                                              "the target's")
+    hardware: str | None = Field(default=None, max_length=200,
+                                 description="hardware key or part of it (`h200`, `cpu`); "
+                                             "default any")
+    model: str | None = Field(default=None, max_length=200, description="LLM model shape")
+    workload: dict[str, Any] = Field(default_factory=dict, max_length=32,
+                                     description="workload class and parameters, e.g. "
+                                                 '`{"class": "chat", "rate_rps": 8}`')
+
+
+class RecommendationPublic(BaseModel):
+    """The answer: a config with predicted metrics and evidence, or why there is none."""
+
+    status: Literal["recommended", "no_feasible_config", "not_covered"]
+    basis: str = Field(description="`model` (fitted models over stored trials) or `measured` "
+                                   "(best measured trial only, no prediction)")
+    target: str
+    slo: str
+    objective: str | None = None
+    config: dict[str, Any] | None = None
+    predicted: dict[str, Any] = Field(default_factory=dict,
+                                      description="metric -> {value, low, high}")
+    evidence: Any = None
+    launch_command: str | None = None
+    confidence: Any = None
+    borrowed_workload: Any = None
+    tune_command: str | None = Field(default=None, description="the `advisor tune` command "
+                                                               "that would cover the question")
+    message: str | None = None
+    raw: dict[str, Any] = Field(default_factory=dict,
+                                description="the recommender's full answer")
+
+
+class CheatSheetValuePublic(BaseModel):
+    """One knob's recommended value for a context."""
+
+    knob: str
+    target: str
+    found: bool
+    value: Any = None
+    row: dict[str, Any] | None = None
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+
+# studies, trials, jobs ------------------------------------------------------------------------
+
+
+class WorkloadChoice(BaseModel):
+    """A named preset of the target, with some of its parameters changed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str | None = Field(default=None, max_length=64, pattern=_NAME,
+                               description="a preset name of the target (default: the "
+                                           "target's default workload); files are not accepted")
+    params: dict[str, Any] = Field(default_factory=dict, max_length=32,
+                                   description="override values the preset already has, same "
+                                               "type; strings must be plain names")
+
+
+class StudyCreate(BaseModel):
+    """A tuning study to run in the background. Every field is checked against what is
+    registered; nothing becomes a command, flag or path."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "target": "faiss", "slo": "p95_latency_ms<=0.25,recall_at_10>=0.95",
+        "objective": "maximize:qps", "trials": 20, "seed": 0,
+        "workload": {"preset": "stdlib-docs-2k"}, "fixed": {"index_type": "hnsw"},
+    }]})
+
+    target: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    slo: str | None = Field(default=None, max_length=500, description="default: the target's")
+    objective: str | None = Field(default=None, max_length=80,
+                                  description="default: the target's")
+    workload: WorkloadChoice = Field(default_factory=WorkloadChoice)
+    fixed: dict[str, Any] = Field(default_factory=dict, max_length=64,
+                                  description="knobs held at one value, checked against the "
+                                              "target's search space")
+    trials: int = Field(default=30, ge=1, le=1000)
+    sampler: Literal["tpe", "gp", "random"] = "tpe"
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    include_default: bool = Field(default=True, description="measure the engine default first")
+    name: str | None = Field(default=None, max_length=200, pattern=_NAME,
+                             description="study name; default derived like `advisor tune`")
+    resume: bool = Field(default=False, description="continue the study if it exists")
+
+
+class JobProgress(BaseModel):
+    trials_finished: int
+    trials_total: int
+    trials_complete: int
+    trials_failed: int
+    trials_meeting_slo: int
+    best_objective_value: float | None = None
+    best_trial_id: int | None = None
+    best_config: dict[str, Any] | None = None
+
+
+class JobPublic(BaseModel):
+    id: str = Field(description="job id")
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    study_name: str
+    study_id: int | None = None
+    target: str
+    request: dict[str, Any]
+    cancel_requested: bool
+    error: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    progress: JobProgress | None = None
+
+
+class StudyPublic(BaseModel):
+    id: int
+    name: str
+    target: str
+    slo: str
+    objective: str
+    status: str
+    workload: dict[str, Any]
+    sampler: str
+    seed: int | None
+    trials_requested: int
+    trials: int
+    trials_complete: int
+    trials_failed: int
+    trials_meeting_slo: int
+    hardware_key: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class TrialPublic(BaseModel):
+    id: int
+    study_id: int
+    number: int
+    target: str
+    status: str
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    feasible: bool | None
+    objective_value: float | None
+    error_type: str | None
+    error: str | None
+    workload: dict[str, Any]
+    workload_hash: str
+    hardware_key: str
+    engine_versions: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime | None
+    duration_s: float | None

@@ -1,0 +1,80 @@
+"""Paged, counted reads of the store for the REST API (one query per page, one per count)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import col, select
+
+from knowledge.models import StudyRecord, TrialRecord, TrialStatus
+from knowledge.store import TrialFilter, TrialStore
+
+__all__ = ["StudyCounts", "page_studies", "page_trials", "study_counts"]
+
+
+@dataclass(frozen=True)
+class StudyCounts:
+    trials: int = 0
+    complete: int = 0
+    failed: int = 0
+    feasible: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.complete + self.failed
+
+
+def study_counts(store: TrialStore, study_ids: Sequence[int]) -> dict[int, StudyCounts]:
+    """Trial counts per study, for the given studies, in one grouped query."""
+    if not study_ids:
+        return {}
+    with store.session() as s:
+        q = select(TrialRecord.study_id, TrialRecord.status, TrialRecord.feasible,
+                   func.count()).where(col(TrialRecord.study_id).in_(list(study_ids))).group_by(
+            col(TrialRecord.study_id), col(TrialRecord.status), col(TrialRecord.feasible))
+        rows = list(s.exec(q))
+    acc: dict[int, dict[str, int]] = {}
+    for study_id, status, feasible, n in rows:
+        c = acc.setdefault(study_id, {"trials": 0, "complete": 0, "failed": 0, "feasible": 0})
+        c["trials"] += n
+        if status == TrialStatus.COMPLETE:
+            c["complete"] += n
+            c["feasible"] += n if feasible else 0
+        elif status == TrialStatus.FAILED:
+            c["failed"] += n
+    return {sid: StudyCounts(**c) for sid, c in acc.items()}
+
+
+def page_studies(store: TrialStore, *, target: str | None = None, status: str | None = None,
+                 limit: int = 50, offset: int = 0) -> tuple[list[StudyRecord], int]:
+    """Studies, oldest first, and how many match in total."""
+    with store.session() as s:
+        q = select(StudyRecord)
+        n = select(func.count()).select_from(StudyRecord)
+        for field, value in ((StudyRecord.target, target), (StudyRecord.status, status)):
+            if value is not None:
+                q, n = q.where(field == value), n.where(field == value)
+        rows = list(s.exec(q.order_by(col(StudyRecord.id)).offset(offset).limit(limit)))
+        return rows, int(s.exec(n).one())
+
+
+def page_trials(store: TrialStore, flt: TrialFilter) -> tuple[list[TrialRecord], int]:
+    """Trials matching ``flt`` (its limit/offset applied), oldest first, and the total."""
+    rows = store.list_trials(flt)
+    with store.session() as s:
+        n: Any = select(func.count()).select_from(TrialRecord)
+        if flt.study is not None:
+            n = n.join(StudyRecord, col(StudyRecord.id) == col(TrialRecord.study_id)).where(
+                StudyRecord.name == flt.study)
+        if flt.target is not None:
+            n = n.where(TrialRecord.target == flt.target)
+        if flt.status is not None:
+            n = n.where(TrialRecord.status == flt.status)
+        if flt.feasible is not None:
+            n = n.where(TrialRecord.feasible == flt.feasible)
+        if flt.hardware_key is not None:
+            n = n.where(col(TrialRecord.hardware_key).contains(flt.hardware_key))
+        return rows, int(s.exec(n).one())
