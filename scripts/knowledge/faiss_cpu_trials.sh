@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Measure the shipped FAISS knowledge (knowledge/data/cpu-faiss-<date>.jsonl) on this machine:
+# TPE studies over five workloads (stdlib docstrings at N = 2k, 4k, 6k, 8k; synthetic N = 50k,
+# d = 128) under the SLOs below, plus the default config on the 8k corpus four more times for the
+# noise floor. Run it on a quiet machine: other processes on the cores are measured too.
+#
+#   bash scripts/knowledge/faiss_cpu_trials.sh knowledge/data/cpu-faiss-$(date +%F).jsonl
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT_FILE=${1:?usage: faiss_cpu_trials.sh OUTPUT.jsonl}
+ADVISOR=${ADVISOR:-.venv/bin/advisor}
+DB=$(mktemp -d)/faiss.db
+export ADVISOR_DB_URL="sqlite:///$DB" ADVISOR_IMPORT_SHIPPED=0
+tune() { "$ADVISOR" tune --target faiss --sampler tpe "$@" > /dev/null; echo "done: $*"; }
+for r in 1 2 3 4; do
+  tune --name "faiss-noise-default-8k-r$r" --workload stdlib-docs-8k --trials 1 --seed "$r" \
+    --slo "p95_latency_ms<=0.25,recall_at_10>=0.95"
+done
+tune --name faiss-stdlib-8k --workload stdlib-docs-8k --trials 40 --seed 0 \
+  --slo "p95_latency_ms<=0.25,recall_at_10>=0.95"
+tune --name faiss-stdlib-2k --workload stdlib-docs-2k --trials 30 --seed 1 \
+  --slo "p95_latency_ms<=0.25,recall_at_10>=0.95"
+tune --name faiss-stdlib-4k --workload stdlib-docs-8k --workload-param n_base=4000 \
+  --workload-param n_queries=500 --trials 30 --seed 2 --slo "p95_latency_ms<=0.5,recall_at_10>=0.9"
+tune --name faiss-synth-50k-d128 --workload synthetic-1m --workload-param dim=128 \
+  --workload-param n_base=50000 --workload-param n_clusters=256 --workload-param n_queries=500 \
+  --trials 30 --seed 3 --slo "p95_latency_ms<=1,recall_at_10>=0.9"
+tune --name faiss-stdlib-8k-b --workload stdlib-docs-8k --trials 60 --seed 10 \
+  --slo "p95_latency_ms<=0.1,recall_at_10>=0.9"
+tune --name faiss-stdlib-6k --workload stdlib-docs-8k --workload-param n_base=6000 \
+  --workload-param n_queries=500 --trials 40 --seed 12 --slo "p95_latency_ms<=0.2,recall_at_10>=0.95"
+tune --name faiss-stdlib-2k-b --workload stdlib-docs-2k --trials 40 --seed 11 \
+  --slo "p95_latency_ms<=0.1,recall_at_10>=0.95"
+"$ADVISOR" knowledge export -o "$OUT_FILE"
