@@ -76,5 +76,5 @@ def page_trials(store: TrialStore, flt: TrialFilter) -> tuple[list[TrialRecord],
         if flt.feasible is not None:
             n = n.where(TrialRecord.feasible == flt.feasible)
         if flt.hardware_key is not None:
-            n = n.where(col(TrialRecord.hardware_key).contains(flt.hardware_key))
+            n = n.where(col(TrialRecord.hardware_key).contains(flt.hardware_key, autoescape=True))
         return rows, int(s.exec(n).one())

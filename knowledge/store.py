@@ -246,7 +246,8 @@ class TrialStore:
             if flt.feasible is not None:
                 q = q.where(TrialRecord.feasible == flt.feasible)
             if flt.hardware_key is not None:
-                q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key))
+                q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key,
+                                                                   autoescape=True))
             if flt.workload_hash is not None:
                 q = q.where(TrialRecord.workload_hash == flt.workload_hash)
             q = q.order_by(col(TrialRecord.id)).offset(flt.offset)

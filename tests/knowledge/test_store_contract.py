@@ -110,6 +110,9 @@ def test_filters(store: TrialStore) -> None:
     assert len(store.list_trials(TrialFilter(status=TrialStatus.FAILED))) == 2
     assert [t.number for t in store.list_trials(TrialFilter(study="s1", feasible=True))] == [1]
     assert len(store.list_trials(TrialFilter(hardware_key="h200"))) == 2
+    # The filter is a substring, not a pattern: SQL wildcards match only themselves.
+    assert store.list_trials(TrialFilter(hardware_key="%")) == []
+    assert store.list_trials(TrialFilter(hardware_key="nvidia_h200")) == []
     page = store.list_trials(TrialFilter(limit=2, offset=1))
     assert [t.id for t in page] == [t.id for t in store.list_trials()][1:3]
 
