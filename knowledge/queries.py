@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func
 from sqlmodel import col, select
@@ -63,18 +62,4 @@ def page_studies(store: TrialStore, *, target: str | None = None, status: str | 
 
 def page_trials(store: TrialStore, flt: TrialFilter) -> tuple[list[TrialRecord], int]:
     """Trials matching ``flt`` (its limit/offset applied), oldest first, and the total."""
-    rows = store.list_trials(flt)
-    with store.session() as s:
-        n: Any = select(func.count()).select_from(TrialRecord)
-        if flt.study is not None:
-            n = n.join(StudyRecord, col(StudyRecord.id) == col(TrialRecord.study_id)).where(
-                StudyRecord.name == flt.study)
-        if flt.target is not None:
-            n = n.where(TrialRecord.target == flt.target)
-        if flt.status is not None:
-            n = n.where(TrialRecord.status == flt.status)
-        if flt.feasible is not None:
-            n = n.where(TrialRecord.feasible == flt.feasible)
-        if flt.hardware_key is not None:
-            n = n.where(col(TrialRecord.hardware_key).contains(flt.hardware_key, autoescape=True))
-        return rows, int(s.exec(n).one())
+    return store.list_trials(flt), store.count_matching(flt)

@@ -235,25 +235,16 @@ class TrialStore:
         """Trials matching ``flt``, oldest first."""
         flt = flt or TrialFilter()
         with self.session() as s:
-            q = select(TrialRecord)
-            if flt.study is not None:
-                q = q.join(StudyRecord, col(StudyRecord.id) == col(TrialRecord.study_id)).where(
-                    StudyRecord.name == flt.study)
-            if flt.target is not None:
-                q = q.where(TrialRecord.target == flt.target)
-            if flt.status is not None:
-                q = q.where(TrialRecord.status == flt.status)
-            if flt.feasible is not None:
-                q = q.where(TrialRecord.feasible == flt.feasible)
-            if flt.hardware_key is not None:
-                q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key,
-                                                                   autoescape=True))
-            if flt.workload_hash is not None:
-                q = q.where(TrialRecord.workload_hash == flt.workload_hash)
-            q = q.order_by(col(TrialRecord.id)).offset(flt.offset)
+            q = _filtered(select(TrialRecord), flt).order_by(col(TrialRecord.id))
+            q = q.offset(flt.offset)
             if flt.limit is not None:
                 q = q.limit(flt.limit)
             return list(s.exec(q))
+
+    def count_matching(self, flt: TrialFilter) -> int:
+        """How many trials match ``flt`` (its limit and offset ignored)."""
+        with self.session() as s:
+            return int(s.exec(_filtered(select(func.count()).select_from(TrialRecord), flt)).one())
 
     def stale_running_trials(self, study_id: int, older_than: datetime) -> list[TrialRecord]:
         """Running trials of a study whose heartbeat is older than ``older_than``."""
@@ -262,3 +253,21 @@ class TrialStore:
                 TrialRecord.study_id == study_id, TrialRecord.status == TrialStatus.RUNNING,
                 col(TrialRecord.heartbeat_at) < older_than)
             return list(s.exec(q))
+
+
+def _filtered(q: Any, flt: TrialFilter) -> Any:
+    """``q`` (a select over trials) restricted to the trials ``flt`` matches."""
+    if flt.study is not None:
+        q = q.join(StudyRecord, col(StudyRecord.id) == col(TrialRecord.study_id)).where(
+            StudyRecord.name == flt.study)
+    if flt.target is not None:
+        q = q.where(TrialRecord.target == flt.target)
+    if flt.status is not None:
+        q = q.where(TrialRecord.status == flt.status)
+    if flt.feasible is not None:
+        q = q.where(TrialRecord.feasible == flt.feasible)
+    if flt.hardware_key is not None:
+        q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key, autoescape=True))
+    if flt.workload_hash is not None:
+        q = q.where(TrialRecord.workload_hash == flt.workload_hash)
+    return q

@@ -113,6 +113,11 @@ def test_filters(store: TrialStore) -> None:
     # The filter is a substring, not a pattern: SQL wildcards match only themselves.
     assert store.list_trials(TrialFilter(hardware_key="%")) == []
     assert store.list_trials(TrialFilter(hardware_key="nvidia_h200")) == []
+    for flt in (TrialFilter(), TrialFilter(study="s2"), TrialFilter(hardware_key="h200"),
+                TrialFilter(status=TrialStatus.FAILED), TrialFilter(workload_hash="none"),
+                TrialFilter(target="faiss", limit=1, offset=1)):
+        unpaged = TrialFilter(**{**vars(flt), "limit": None, "offset": 0})
+        assert store.count_matching(flt) == len(store.list_trials(unpaged))
     page = store.list_trials(TrialFilter(limit=2, offset=1))
     assert [t.id for t in page] == [t.id for t in store.list_trials()][1:3]
 
