@@ -36,6 +36,7 @@ from advisor.objective import Objective
 from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge.jobs import pid_alive
 from knowledge.models import StudyStatus, utcnow
 from objectives import SLO, Workload, parse_slo
 from objectives.hardware import fingerprint
@@ -154,16 +155,6 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}
     return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -339,7 +330,7 @@ class StudyDriver:
 
     def _is_abandoned(self, trial: TrialRecord) -> bool:
         if trial.host == socket.gethostname() and trial.pid is not None:
-            return trial.pid == os.getpid() or not _pid_alive(trial.pid)
+            return trial.pid == os.getpid() or not pid_alive(trial.pid)
         stale_after = timedelta(seconds=5 * self.settings.heartbeat_interval_s)
         return utcnow() - trial.heartbeat_at > stale_after
 
