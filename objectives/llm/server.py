@@ -41,6 +41,7 @@ from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
 from objectives.llm.requests import RequestSpec
 from objectives.llm.workload import (
     LLMWorkloadSpec,
+    drain_cutoff_s,
     generate_requests,
     generate_warmup_requests,
     max_concurrency,
@@ -451,17 +452,16 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         warm = run_load(base_url, served_model, workload.warmup, max_concurrency=cap,
                         api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
         warmup_failed = sum(1 for r in warm.records if not r.ok)
-    drain = workload.spec.drain_limit_s
-    cutoff = None if drain is None or not requests else max(r.arrival_s for r in requests) + drain
     load = run_load(base_url, served_model, requests, max_concurrency=cap, api_key=api_key,
-                    extra_body=extra_body, timeout_s=timeout_s, cutoff_s=cutoff)
+                    extra_body=extra_body, timeout_s=timeout_s,
+                    cutoff_s=drain_cutoff_s(workload.spec, requests))
     metrics = summarize(load.records, duration_s=load.duration_s)
     failures = [r.error for r in load.records if r.error is not None and r.cut_s is None]
     details: dict[str, Any] = {
         "requests": request_samples(load.records),
         "n_requests": len(requests), "warmup_requests": len(workload.warmup),
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
-        "load_duration_s": load.duration_s, "drain_limit_s": drain,
+        "load_duration_s": load.duration_s, "drain_limit_s": workload.spec.drain_limit_s,
         "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
                                   if r.sent_s is not None), default=0.0),
     }

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -58,6 +58,7 @@ __all__ = [
     "TraceEntry",
     "at_rate",
     "cpu_scaled",
+    "drain_cutoff_s",
     "generate_requests",
     "generate_warmup_requests",
     "load_preset",
@@ -547,6 +548,14 @@ def generate_warmup_requests(spec: LLMWorkloadSpec, vocab_size: int) -> list[Req
                     output_len=output_len)
         for i in range(spec.warmup_requests)
     ]
+
+
+def drain_cutoff_s(spec: LLMWorkloadSpec, requests: Sequence[RequestSpec]) -> float | None:
+    """When a run of ``requests`` stops waiting (seconds from its start): ``spec.drain_limit_s``
+    after the last arrival; None (wait for every request) without a drain limit."""
+    if spec.drain_limit_s is None or not requests:
+        return None
+    return max(r.arrival_s for r in requests) + spec.drain_limit_s
 
 
 def max_concurrency(spec: LLMWorkloadSpec) -> int | None:

@@ -37,6 +37,7 @@ from objectives.llm.workload import (
     PRESETS,
     LLMWorkloadSpec,
     cpu_scaled,
+    drain_cutoff_s,
     load_preset,
     max_concurrency,
 )
@@ -312,10 +313,8 @@ class TransformersTarget(GoodputFromSLO, Target):
             # The engine's count of forward passes (internal, so read defensively): how the knobs
             # shaped the schedule, independent of timing noise.
             passes_before = getattr(manager, "current_batch", None)
-            drain = served.spec.drain_limit_s
-            cutoff = (None if drain is None or not served.requests
-                      else max(r.arrival_s for r in served.requests) + drain)
-            records, lag_ms = _drive(manager, served.requests, cap, "req", cutoff)
+            records, lag_ms = _drive(manager, served.requests, cap, "req",
+                                     drain_cutoff_s(served.spec, served.requests))
             passes_after = getattr(manager, "current_batch", None)
             failed_run = False
         finally:
@@ -349,7 +348,7 @@ class TransformersTarget(GoodputFromSLO, Target):
             "n_requests": len(records), "warmup_requests": len(warm_records),
             "warmup_failed": len(warm_records) - len(warm_ok),
             "failed_requests": sum(1 for r in records if not r.ok and r.cut_s is None),
-            "drain_limit_s": drain,
+            "drain_limit_s": served.spec.drain_limit_s,
             "output_tokens": sum(r.output_tokens for r in records if r.ok),
             "requests_with_wrong_length": short,
             "max_concurrency": cap, "load_duration_s": duration_s, "startup_s": startup_s,
