@@ -155,19 +155,13 @@ def _llm_rules(trials: Sequence[Trial]) -> list[Rule]:
         note="vLLM's CPU offloading (its swap space since 0.18), fitted as decreasing in x (b, c "
              ">= 0); all other knobs and the arrival rate vary too, so R² shows how much of p99 "
              "the offload size alone explains"))
-    tput = [t for t in trials if "output_tokens_per_s" in t["metrics"]
-            and "block_size" in t["config"]]
-    pts = [(float(t["config"]["block_size"]), float(t["metrics"]["output_tokens_per_s"]))
-           for t in tput]
+    pts = _knob_metric_points(trials, "block_size", "output_tokens_per_s")
     rules.append(_fit_curve(
         "output throughput against page (block) size", "tokens/s = a + b * log2(x)",
         "block_size (tokens)", "output tokens/s", pts,
         lambda x, a, b: a + b * np.log2(x), [1000.0, 0.0], ["a", "b"],
         note="paged-attention block size; other knobs vary too"))
-    seqs = [t for t in trials if "output_tokens_per_s" in t["metrics"]
-            and "max_num_seqs" in t["config"]]
-    pts = [(float(t["config"]["max_num_seqs"]), float(t["metrics"]["output_tokens_per_s"]))
-           for t in seqs]
+    pts = _knob_metric_points(trials, "max_num_seqs", "output_tokens_per_s")
     rules.append(_fit_curve(
         "output throughput against max_num_seqs", "tokens/s = a * x / (b + x)",
         "max_num_seqs", "output tokens/s", pts, lambda x, a, b: a * x / (b + x),
@@ -200,3 +194,10 @@ def pareto_front(points: Sequence[tuple[float, float]], *, x_lower_better: bool 
             front.append(i)
             best = y
     return front
+
+
+def _knob_metric_points(trials: Sequence[Trial], knob: str, metric: str
+                        ) -> list[tuple[float, float]]:
+    """(knob value, metric) of every trial that has both."""
+    return [(float(t["config"][knob]), float(t["metrics"][metric])) for t in trials
+            if knob in t["config"] and metric in t["metrics"]]
