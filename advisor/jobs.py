@@ -201,7 +201,7 @@ class _JobReporter:
         job = self.jobs.get(self.uid)
         self.jobs.heartbeat(self.uid)
         if job.cancel_requested:
-            raise JobCancelled
+            _cancel()
 
     def preparing(self, message: str) -> None:
         log.info(message)
@@ -232,8 +232,16 @@ def _leave_consistent(store: TrialStore, study_name: str) -> None:
         store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
 
 
-def _raise_cancelled(signum: int, frame: FrameType | None) -> None:
+def _cancel() -> None:
+    """Raise :class:`JobCancelled`, once: the worker's SIGTERM is ignored from here on, so it
+    cannot raise a second time inside the database calls that record the cancel (on PostgreSQL
+    that left the pooled connection unusable and the job never marked cancelled)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise JobCancelled
+
+
+def _raise_cancelled(signum: int, frame: FrameType | None) -> None:
+    _cancel()
 
 
 def run_job(uid: str, settings: Settings) -> int:
