@@ -6,12 +6,14 @@
 # (GPU 0) and Llama-3.2-1B (GPU 1) shapes, the `chat` workload, an 8-second arrival window per
 # rate. RUN names the call's studies and seeds their samplers; the first run also measures vLLM's
 # defaults; TRANSFORMERS=N adds an N-trial transformers study on GPU 1 after the vLLM one.
-# Trials land in $OUT/trials-gpu<i>.jsonl.
+# Trials land in $OUT/trials-gpu<i>.jsonl. FIRST="GPU=<i> !<command>" runs a job (the client
+# cross-check, say) on that GPU before its studies.
 #
 #   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=465 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-# Next runs (new RUN letters) should add DRAIN=20: a start then costs ~2 minutes for four trials.
+#   RUN=d DRAIN=20 FIRST="GPU=1 !bash scripts/device/h200_client_crosscheck_2026_11_30.sh" ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+# Runs from d on add DRAIN=20: a start then costs ~2 minutes for four trials.
 # Run it as `... > $OUT/log.txt 2>&1 < /dev/null`, never into a pipe: an engine left by a killed
 # trial can hold a pipe open until the call's limit.
 set -uo pipefail
@@ -26,10 +28,13 @@ DRAIN_PARAM=${DRAIN:+--workload-param drain_limit_s=$DRAIN}
 COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT $DRAIN_PARAM"
 poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 STUDIES=(
+  ${FIRST:+"$FIRST"}
   "GPU=0 $COMMON --model llama-3-8b --trials ${VLLM_TRIALS_8B:-40} --name h200-vllm-8b-chat-45rps-$RUN --workload-param n_requests=360 --workload-param $(poisson 45) --also-rate 15 --also-rate 30 --also-rate 60"
   "${VLLM_1B_GPU:-GPU=1} $COMMON --model llama-3.2-1b --trials ${VLLM_TRIALS_1B:-40} --name h200-vllm-1b-chat-90rps-$RUN --workload-param n_requests=720 --workload-param $(poisson 90) --also-rate 30 --also-rate 60 --also-rate 120"
 )
-[ "${VLLM_TRIALS_1B:-40}" -gt 0 ] || unset 'STUDIES[1]'
+if [ "${VLLM_TRIALS_1B:-40}" -eq 0 ]; then
+  STUDIES=("${STUDIES[@]:0:${#STUDIES[@]}-1}")
+fi
 if [ "${TRANSFORMERS:-0}" -gt 0 ]; then
   STUDIES+=("GPU=1 --target transformers --slo ttft_p95_ms<=300,tpot_p95_ms<=40 --model llama-3.2-1b --workload chat --sampler tpe --seed $SEED --timeout 300 --trials $TRANSFORMERS --name h200-transformers-1b-chat-4rps-$RUN --workload-param n_requests=64 --workload-param $(poisson 4) $DRAIN_PARAM")
 fi

@@ -5,7 +5,8 @@
 #
 #   bash scripts/device/run_study.sh "[GPU=<i>] <advisor tune args>" ...
 #
-# Each argument is one study's `advisor tune` arguments. Studies that name a GPU run on that GPU
+# Each argument is one study's `advisor tune` arguments, or `!<shell command>` for another job that
+# must have the GPU to itself (a cross-check, say); it runs with the GPU's environment. Studies that name a GPU run on that GPU
 # only (CUDA_VISIBLE_DEVICES), studies on different GPUs run in parallel, studies on the same GPU
 # one after another: no two measurements ever share a GPU. Each GPU's trials go to their own
 # SQLite store; everything that finished is exported to $OUT/trials-gpu<i>.jsonl when the script
@@ -38,6 +39,11 @@ run_gpu() {  # run one GPU's studies in order
   export CUDA_VISIBLE_DEVICES=$gpu ADVISOR_DB_URL="sqlite:////tmp/advisor-gpu$gpu.db"
   while IFS= read -r args; do
     [ -n "$args" ] || continue
+    if [[ $args == !* ]]; then
+      echo "=== [gpu $gpu] ${args#!}"
+      bash -c "${args#!}" 2>&1 | sed -u "s/^/[gpu $gpu] /" || echo "[gpu $gpu] command failed"
+      continue
+    fi
     echo "=== [gpu $gpu] advisor tune $args"
     # shellcheck disable=SC2086
     python3 -m advisor tune $args 2>&1 | sed -u "s/^/[gpu $gpu] /" || echo "[gpu $gpu] study failed"
@@ -54,6 +60,8 @@ export_all() {
 stop_all() {
   pkill -TERM -f "advisor tune" 2>/dev/null
   sleep 5
+  # A `!` job's server runs in its own session; never leave one holding a GPU.
+  pkill -KILL -f "entrypoints.cli.main serve" 2>/dev/null
   exit 143
 }
 trap export_all EXIT
