@@ -68,19 +68,33 @@ DEFAULT_LOG_TAIL_CHARS = 4000
 #: How much of a failed server's log :func:`root_cause` searches.
 ROOT_CAUSE_LOG_CHARS = 400_000
 _EXCEPTION_LINE = re.compile(
-    r"^(?:\([\w ]+pid=\d+\)\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\w*): (.+)$")
+    r"^(?:\([\w ]+pid=\d+\)\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\w*)(?:: (.*))?$")
+#: A logger line at ERROR level or worse, e.g. vLLM's
+#: ``(EngineCore_DP0 pid=7) ERROR 11-30 19:10:01 [core.py:708] EngineCore failed to start.``
+_ERROR_LOG_LINE = re.compile(
+    r"^(?:\([\w ]+pid=\d+\)\s*)?(?:ERROR|CRITICAL)\b[^\]]*\]\s*(.+)$")
 #: Exception lines that only wrap the real cause (a multi-process engine reports its failed core).
-_WRAPPERS = ("Engine core initialization failed", "See root cause above", "Worker failed")
+_WRAPPERS = ("Engine core initialization failed", "See root cause above", "Worker failed",
+             "EngineCore failed to start")
 
 
 def root_cause(log: str) -> str | None:
     """The first exception line of ``log`` that is not a mere wrapper, without its process
     prefix: a multi-process server prints the real error in one process's traceback and a generic
-    one last, so a log tail alone often misses it. None when the log shows no exception."""
-    for raw in log.splitlines():
-        match = _EXCEPTION_LINE.match(raw.strip())
-        if match and not any(w in match.group(2) for w in _WRAPPERS):
-            return f"{match.group(1)}: {match.group(2).strip()}"
+    one last, so a log tail alone often misses it. A bare ``AssertionError`` counts. Without any
+    exception line, the first ERROR-level log line that is not a wrapper (a process that died
+    without a traceback often logs one); None when the log shows neither."""
+    lines = [raw.strip() for raw in log.splitlines()]
+    for line in lines:
+        match = _EXCEPTION_LINE.match(line)
+        if match:
+            message = (match.group(2) or "").strip()
+            if not any(w in message for w in _WRAPPERS):
+                return f"{match.group(1)}: {message}" if message else match.group(1)
+    for line in lines:
+        match = _ERROR_LOG_LINE.match(line)
+        if match and not any(w in match.group(1) for w in _WRAPPERS):
+            return f"ERROR: {match.group(1).strip()}"
     return None
 
 

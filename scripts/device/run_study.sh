@@ -39,6 +39,7 @@ run_gpu() {  # run one GPU's studies in order
   export CUDA_VISIBLE_DEVICES=$gpu ADVISOR_DB_URL="sqlite:////tmp/advisor-gpu$gpu.db"
   while IFS= read -r args; do
     [ -n "$args" ] || continue
+    [ -e "$STOP_FLAG" ] && break  # out of time: start nothing new
     if [[ $args == !* ]]; then
       echo "=== [gpu $gpu] ${args#!}"
       bash -c "${args#!}" 2>&1 | sed -u "s/^/[gpu $gpu] /" || echo "[gpu $gpu] command failed"
@@ -57,7 +58,9 @@ export_all() {
   done
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 }
+STOP_FLAG=$(mktemp -u /tmp/run_study.stop.XXXXXX)
 stop_all() {
+  touch "$STOP_FLAG"
   pkill -TERM -f "advisor tune" 2>/dev/null
   sleep 5
   # A `!` job's server runs in its own session; never leave one holding a GPU.

@@ -217,3 +217,23 @@ def test_root_cause_skips_wrappers_and_process_prefixes() -> None:
     assert root_cause(log) == "torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"
     assert root_cause("RuntimeError: Engine core initialization failed.") is None
     assert root_cause("all good\nready") is None
+
+
+def test_root_cause_takes_a_bare_exception_or_else_an_error_log_line() -> None:
+    bare = ("(EngineCore_DP0 pid=7)   File \"x.py\", line 3, in g\n"
+            "(EngineCore_DP0 pid=7)     assert block_size % 16 == 0\n"
+            "(EngineCore_DP0 pid=7) AssertionError\n"
+            "(APIServer pid=3) RuntimeError: Engine core initialization failed.\n")
+    assert root_cause(bare) == "AssertionError"
+    logged = ("(EngineCore_DP0 pid=7) INFO 11-30 19:10:00 [core.py:90] starting\n"
+              "(EngineCore_DP0 pid=7) ERROR 11-30 19:10:01 [core.py:708] EngineCore failed to "
+              "start.\n"
+              "(EngineCore_DP0 pid=7) ERROR 11-30 19:10:01 [worker.py:12] CUDA error: an illegal "
+              "memory access was encountered\n"
+              "(APIServer pid=3) RuntimeError: Engine core initialization failed. See root cause "
+              "above.\n")
+    assert root_cause(logged) == ("ERROR: CUDA error: an illegal memory access was "
+                                  "encountered")
+    # An exception line wins over an ERROR line, wherever it is.
+    assert root_cause(logged + "(EngineCore_DP0 pid=7) ValueError: bad block size\n") == \
+        "ValueError: bad block size"

@@ -153,6 +153,10 @@ def test_invalid_configs_are_rejected_with_the_reason() -> None:
                         "enable_chunked_prefill": False}, 4096)
     check_feasible({"max_num_seqs": 8, "max_num_batched_tokens": 2048,
                     "enable_chunked_prefill": True}, 4096)
+    with pytest.raises(ConfigRejectedError, match="fp8_e5m2 is not supported with fp8 weights"):
+        check_feasible({"quantization": "fp8", "kv_cache_dtype": "fp8_e5m2"}, 4096)
+    check_feasible({"quantization": "fp8", "kv_cache_dtype": "fp8"}, 4096)
+    check_feasible({"quantization": "none", "kv_cache_dtype": "fp8_e5m2"}, 4096)
 
 
 def test_argv_is_a_list_of_strings_that_survives_any_path() -> None:
