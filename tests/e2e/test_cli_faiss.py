@@ -97,15 +97,18 @@ def test_targets_lists_knobs_and_help_is_readable(env: dict[str, str]) -> None:
 
 
 def test_shipped_h200_knowledge_is_listed_on_a_fresh_store(env: dict[str, str]) -> None:
-    listed = advisor("trials", "--target", "vllm", "--hardware", "h200", "--json", env=env)
+    listed = advisor("trials", "--target", "vllm", "--hardware", "h200", "--limit", "1000",
+                     "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     trials = json.loads(listed.stdout)
-    assert len(trials) >= 11
+    assert len(trials) >= 80  # issue 3 asks for at least 80 shipped vLLM trials
+    assert sum(t["status"] == "complete" for t in trials) >= 80
     for t in trials:
         assert t["hardware"]["gpus"][0]["name"] == "NVIDIA H200"
         if t["status"] == "complete":
             assert t["engine_versions"]["vllm"] == "0.26.0"
             assert "--load-format" in t["details"]["argv"]  # the exact command is kept
             assert t["metrics"]["output_tokens_per_s"] > 0
-    again = json.loads(advisor("trials", "--target", "vllm", "--json", env=env).stdout)
+    again = json.loads(advisor("trials", "--target", "vllm", "--limit", "1000", "--json",
+                               env=env).stdout)
     assert len(again) == len(trials)  # imported once, not on every command
