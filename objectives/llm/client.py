@@ -30,12 +30,33 @@ _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/co
 _ERROR_BODY_CHARS = 500
 
 
+#: How often the event-loop watcher wakes up to measure how late it woke (seconds).
+LOOP_LAG_PERIOD_S = 0.005
+
+
 @dataclass(frozen=True)
 class LoadResult:
-    """All records, in request order, and the time from the run's start to its last completion."""
+    """All records, in request order, and the time from the run's start to its last completion.
+
+    ``loop_lag_s`` holds how late the client's event loop woke a ``LOOP_LAG_PERIOD_S`` timer,
+    sampled through the run: when it grows to milliseconds, the client itself is busy and every
+    timestamp it takes (chunk arrivals above all) is late by up to that much. It is how a
+    measurement shows it was client-bound rather than server-bound.
+    """
 
     records: list[RequestRecord]
     duration_s: float
+    loop_lag_s: tuple[float, ...] = ()
+
+
+async def _watch_loop(samples: list[float]) -> None:
+    """Append, every ``LOOP_LAG_PERIOD_S``, how much later than asked the loop woke us (on the
+    loop's own monotonic clock: a scripted test clock must not be read by the watcher)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(LOOP_LAG_PERIOD_S)
+        samples.append(max(0.0, loop.time() - before - LOOP_LAG_PERIOD_S))
 
 
 class _MalformedStreamError(ValueError):
@@ -174,8 +195,13 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                          extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
                          clock: Callable[[], float] = time.perf_counter,
                          transport: httpx.AsyncBaseTransport | None = None,
-                         cutoff_s: float | None = None) -> LoadResult:
-    """:func:`run_load` for callers already inside an event loop."""
+                         cutoff_s: float | None = None,
+                         start_at: float | None = None) -> LoadResult:
+    """:func:`run_load` for callers already inside an event loop.
+
+    ``start_at`` is time zero as a ``clock()`` reading (default: now); the run waits for it. Client
+    processes sharing one schedule pass the same value (``time.perf_counter`` is system-wide).
+    """
     if cutoff_s is not None and not cutoff_s > 0:
         raise ValueError(f"`cutoff_s > 0` must hold, but got {cutoff_s=}")
     if max_concurrency is not None and max_concurrency < 1:
@@ -191,9 +217,14 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
     records = [RequestRecord(index=spec.index, scheduled_s=spec.arrival_s,
                              prompt_len=spec.prompt_len) for spec in requests]
     cutting = False
+    lag: list[float] = []
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s),
                                  transport=transport, trust_env=False) as client:
-        t0 = clock()
+        if start_at is not None:
+            while (wait := start_at - clock()) > 0:
+                await asyncio.sleep(wait)
+        t0 = clock() if start_at is None else start_at
+        watcher = asyncio.create_task(_watch_loop(lag))
 
         def rel() -> float:
             return clock() - t0
@@ -229,9 +260,12 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                 task.cancel()
             await asyncio.gather(*tasks)
         end = rel()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
     ends = [r.end_s for r in records if r.end_s is not None]
     ends += [r.cut_s for r in records if r.cut_s is not None]
-    return LoadResult(records, max(ends) if ends else end)
+    return LoadResult(records, max(ends) if ends else end, tuple(lag))
 
 
 def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
@@ -239,7 +273,7 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
              endpoint: Endpoint = "completions", extra_body: Mapping[str, Any] | None = None,
              timeout_s: float = 600.0, clock: Callable[[], float] = time.perf_counter,
              transport: httpx.AsyncBaseTransport | None = None,
-             cutoff_s: float | None = None) -> LoadResult:
+             cutoff_s: float | None = None, start_at: float | None = None) -> LoadResult:
     """Replay ``requests`` against ``{base_url}/v1/...`` and time every response.
 
     Time zero is the start of the run; request i is sent at ``arrival_s`` (or later, when
@@ -249,9 +283,11 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
     ``transport`` replaces the network (tests pass an ``httpx.MockTransport``). With
     ``cutoff_s``, requests still unfinished (or not yet sent) ``cutoff_s`` seconds after time zero
     are cancelled and come back with ``cut_s`` set: an overloaded server's queue is not drained
-    to the end, which would take minutes and tell nothing more.
+    to the end, which would take minutes and tell nothing more. ``start_at`` sets time zero (a
+    ``clock()`` reading; see :func:`run_load_async`). One process and one event loop time every
+    stream; :func:`objectives.llm.client_pool.run_load_sharded` spreads a heavy load over several.
     """
     return asyncio.run(run_load_async(
         base_url, model, requests, max_concurrency=max_concurrency, api_key=api_key,
         endpoint=endpoint, extra_body=extra_body, timeout_s=timeout_s, clock=clock,
-        transport=transport, cutoff_s=cutoff_s))
+        transport=transport, cutoff_s=cutoff_s, start_at=start_at))

@@ -32,10 +32,12 @@ from types import FrameType, TracebackType
 from typing import IO, Any
 
 import httpx
+import numpy as np
 import psutil
 
 from advisor.errors import EngineStartError, WorkloadError
 from objectives.llm.client import run_load
+from objectives.llm.client_pool import auto_processes, run_load_sharded
 from objectives.llm.metrics import request_samples, summarize
 from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
 from objectives.llm.requests import RequestSpec
@@ -49,10 +51,12 @@ from objectives.llm.workload import (
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = [
+    "CLIENT_PROCESSES_PARAM",
     "DEFAULT_LOG_TAIL_CHARS",
     "ManagedServer",
     "ModelSource",
     "ServingWorkload",
+    "client_processes",
     "free_port",
     "gpu_memory_mb",
     "measure_endpoint",
@@ -412,6 +416,7 @@ class ServingWorkload:
     def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
              target_keys: Iterable[str] = ()) -> ServingWorkload:
         keys = set(target_keys)
+        client_processes({k: v for k, v in params.items() if k in keys})  # fail early if bad
         spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
         model = resolve_model(spec.model, cache_dir)
         return cls(spec, {k: v for k, v in params.items() if k in keys}, model,
@@ -443,11 +448,33 @@ class ServingWorkload:
         return length
 
 
+#: Workload param (a target param: the workload's requests do not change) that fixes how many
+#: client processes replay the workload: an integer >= 1, or "auto" (the default).
+CLIENT_PROCESSES_PARAM = "client_processes"
+
+
+def client_processes(target_params: Mapping[str, Any]) -> int | None:
+    """The ``client_processes`` target param: None for "auto" or absent, else an integer >= 1."""
+    value = target_params.get(CLIENT_PROCESSES_PARAM, "auto")
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"`{CLIENT_PROCESSES_PARAM}` must be an integer >= 1 or \"auto\", "
+                            f"got {value!r}")
+    return value
+
+
 def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload, *,
                      extra_body: Mapping[str, Any] | None = None, api_key: str | None = None,
                      concurrency: int | None = None, rate_scale: float = 1.0,
-                     timeout_s: float = 600.0) -> tuple[dict[str, float], dict[str, Any]]:
+                     timeout_s: float = 600.0, client_processes: int | None = None
+                     ) -> tuple[dict[str, float], dict[str, Any]]:
     """Send the warm-up requests (not measured), then replay the workload and summarize it.
+
+    The measured replay runs in ``client_processes`` client processes (None: as many as the
+    streamed tokens/s need, :func:`objectives.llm.client_pool.auto_processes`); the details record
+    how many ran and how late their event loops woke (``client_loop_lag_{p99,max}_ms``), so a
+    client-bound measurement shows as one.
 
     ``concurrency`` caps requests in flight (default: the workload's own cap); ``rate_scale``
     multiplies the arrival rate (arrival times are divided by it). Goodput is summarized without
@@ -466,9 +493,10 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         warm = run_load(base_url, served_model, workload.warmup, max_concurrency=cap,
                         api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
         warmup_failed = sum(1 for r in warm.records if not r.ok)
-    load = run_load(base_url, served_model, requests, max_concurrency=cap, api_key=api_key,
-                    extra_body=extra_body, timeout_s=timeout_s,
-                    cutoff_s=drain_cutoff_s(workload.spec, requests))
+    processes = client_processes if client_processes is not None else auto_processes(requests)
+    load = run_load_sharded(base_url, served_model, requests, processes=processes,
+                            max_concurrency=cap, api_key=api_key, extra_body=extra_body,
+                            timeout_s=timeout_s, cutoff_s=drain_cutoff_s(workload.spec, requests))
     metrics = summarize(load.records, duration_s=load.duration_s)
     failures = [r.error for r in load.records if r.error is not None and r.cut_s is None]
     details: dict[str, Any] = {
@@ -476,12 +504,21 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         "n_requests": len(requests), "warmup_requests": len(workload.warmup),
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
         "load_duration_s": load.duration_s, "drain_limit_s": workload.spec.drain_limit_s,
+        "client_processes": processes, **_loop_lag_details(load.loop_lag_s),
         "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
                                   if r.sent_s is not None), default=0.0),
     }
     if failures:
         details["first_request_errors"] = failures[:3]
     return metrics, details
+
+
+def _loop_lag_details(lag_s: Sequence[float]) -> dict[str, float]:
+    if not lag_s:
+        return {}
+    ms = np.asarray(lag_s) * 1e3
+    return {"client_loop_lag_p99_ms": float(np.percentile(ms, 99)),
+            "client_loop_lag_max_ms": float(ms.max())}
 
 
 def _rescaled(request: RequestSpec, rate_scale: float) -> RequestSpec:

@@ -36,11 +36,13 @@ from advisor.errors import (
 )
 from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.server import (
+    CLIENT_PROCESSES_PARAM,
     DEFAULT_LOG_TAIL_CHARS,
     ROOT_CAUSE_LOG_CHARS,
     ManagedServer,
     ModelSource,
     ServingWorkload,
+    client_processes,
     free_port,
     gpu_memory_mb,
     measure_endpoint,
@@ -125,7 +127,8 @@ class ServingTarget(GoodputFromSLO, Target):
     default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
     #: Workload parameters the target reads itself (not part of the llm-serving spec): by default
     #: the server's start-up timeout and context length.
-    target_params: ClassVar[frozenset[str]] = frozenset({"startup_timeout_s", "max_model_len"})
+    target_params: ClassVar[frozenset[str]] = frozenset({"startup_timeout_s", "max_model_len",
+                                                         CLIENT_PROCESSES_PARAM})
     #: How the server is started (a target that starts none leaves it out).
     engine_server: ClassVar[EngineServer]
 
@@ -245,7 +248,8 @@ class ServingTarget(GoodputFromSLO, Target):
                                 f"workload {workloads[index].name!r} was measured")
                         metrics, details = measure_endpoint(
                             base_url, self.served_model_name(one), one,
-                            extra_body={"ignore_eos": True})
+                            extra_body={"ignore_eos": True},
+                            client_processes=client_processes(one.target_params))
                     except Exception as exc:
                         if index == 0:
                             raise

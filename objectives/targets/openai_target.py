@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from advisor.errors import EngineUnavailableError, WorkloadError
-from objectives.llm.server import measure_endpoint
+from objectives.llm.server import CLIENT_PROCESSES_PARAM, client_processes, measure_endpoint
 from objectives.llm.serving_target import ServingTarget
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn
@@ -35,7 +35,7 @@ __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "MODEL_ENV", "Endpoint", "OpenAITarget
 BASE_URL_ENV = "ADVISOR_OPENAI_BASE_URL"
 MODEL_ENV = "ADVISOR_OPENAI_MODEL"
 API_KEY_ENV = "ADVISOR_OPENAI_API_KEY"
-TARGET_PARAMS = frozenset({"base_url", "served_model", "extra_body"})
+TARGET_PARAMS = frozenset({"base_url", "served_model", "extra_body", CLIENT_PROCESSES_PARAM})
 #: Sent with every request unless the workload's ``extra_body`` replaces it: vLLM, TensorRT-LLM
 #: and SGLang then produce exactly ``max_tokens`` tokens. Hosted APIs that refuse unknown fields
 #: need ``extra_body: {}`` (output lengths then vary with the model's EOS).
@@ -133,7 +133,8 @@ class OpenAITarget(ServingTarget):
             endpoint.base_url, endpoint.model, served, api_key=os.environ.get(API_KEY_ENV),
             extra_body=extra_body,
             concurrency=None if cap == NONE_CHOICE else int(cap),
-            rate_scale=float(clean["request_rate_scale"]))
+            rate_scale=float(clean["request_rate_scale"]),
+            client_processes=client_processes(served.target_params))
         details.update({"base_url": endpoint.base_url, "served_model": endpoint.model,
                         "extra_body": dict(extra_body),
                         "prompt_lengths": "nominal: exact only when the endpoint serves an "

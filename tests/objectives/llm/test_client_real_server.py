@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from objectives.llm.client import Endpoint, run_load
+from objectives.llm.client_pool import run_load_sharded
 from objectives.llm.metrics import per_request, summarize
 from objectives.llm.models import MODEL_SHAPES, N_SPECIAL_TOKENS, write_model_dir
 from objectives.llm.workload import LLMWorkloadSpec, generate_requests, max_concurrency
@@ -123,3 +124,26 @@ def test_run_load_against_transformers_serve(server: tuple[str, str], endpoint: 
     assert metrics["requests_per_s"] == pytest.approx(n / result.duration_s)
     assert metrics["output_tokens_per_s"] == pytest.approx(
         sum(r.output_len for r in requests) / result.duration_s)
+
+
+def test_sharded_client_against_transformers_serve(server: tuple[str, str]) -> None:
+    """Two client processes share one schedule against the real server: every request is sent on
+    time (one time zero across processes) and timed as the single-process client times it."""
+    base_url, model = server
+    spec = LLMWorkloadSpec.from_params({
+        "model": "tiny-llama", "n_requests": 6, "seed": 5,
+        "arrival": {"process": "poisson", "rate_rps": 8.0},
+        "prompt_len": {"dist": "uniform", "low": 8, "high": 16},
+        "output_len": {"dist": "uniform", "low": 4, "high": 8},
+    })
+    requests = generate_requests(spec, MODEL_SHAPES["tiny-llama"]["vocab_size"])
+    result = run_load_sharded(base_url, model, requests, processes=2, extra_body=NO_EOS,
+                              timeout_s=60.0)
+    assert [r.index for r in result.records] == [r.index for r in requests]
+    for req, rec in zip(requests, result.records, strict=True):
+        assert rec.ok, rec.error
+        assert rec.output_tokens == req.output_len
+        assert rec.sent_s is not None and 0 <= rec.sent_s - req.arrival_s < 0.5
+        p = per_request(rec)
+        assert 0 < p.ttft_s <= p.e2e_s
+    assert result.loop_lag_s  # both workers sampled their event loops
