@@ -47,6 +47,8 @@ class LoadResult:
     records: list[RequestRecord]
     duration_s: float
     loop_lag_s: tuple[float, ...] = ()
+    #: How many client processes timed the run (see :mod:`objectives.llm.client_pool`).
+    processes: int = 1
 
 
 async def _watch_loop(samples: list[float]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from objectives.llm.client import Endpoint, LoadResult, run_load, run_load_async
 from objectives.llm.requests import RequestRecord, RequestSpec
+from objectives.processes import die_with_parent
 
 __all__ = ["STREAMED_TOKENS_PER_PROCESS", "auto_processes", "run_load_sharded",
            "shard_requests"]
@@ -79,6 +80,7 @@ def _worker(index: int, requests: list[RequestSpec], kwargs: dict[str, Any],
     """One client process: report ready, wait for time zero, run its share, send the result."""
     import asyncio
 
+    die_with_parent()  # a killed trial must not leave clients sending requests
     try:
         ready.put(index)
         start_at = start.get(timeout=READY_TIMEOUT_S * 2)
@@ -98,9 +100,10 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     """:func:`objectives.llm.client.run_load` over ``processes`` worker processes.
 
     The same contract: records in request order, times relative to one time zero,
-    ``duration_s`` to the last completion; ``loop_lag_s`` pools every worker's samples. With
-    ``processes == 1`` (or fewer requests or concurrency slots than that) fewer workers run; one
-    runs in this process. A worker that crashes raises ``RuntimeError`` with its traceback.
+    ``duration_s`` to the last completion; ``loop_lag_s`` pools every worker's samples and
+    ``processes`` says how many ran: never more than the requests or the concurrency slots, and
+    a single one runs in this process. A worker that crashes raises ``RuntimeError`` with its
+    traceback.
     """
     if processes < 1:
         raise ValueError(f"`processes >= 1` must hold, but got {processes=}")
@@ -111,7 +114,7 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     if processes == 1:
         return run_load(base_url, model, requests, max_concurrency=max_concurrency,
                         api_key=api_key, endpoint=endpoint, extra_body=extra_body,
-                        timeout_s=timeout_s, cutoff_s=cutoff_s)
+                        timeout_s=timeout_s, cutoff_s=cutoff_s)  # processes=1 by default
     shares = shard_requests(requests, processes)
     caps = _split_cap(max_concurrency, processes)
     ctx = multiprocessing.get_context("spawn")  # no fork: the driver may hold threads and sockets
@@ -151,7 +154,7 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
         lag.extend(result.loop_lag_s)
         duration = max(duration, result.duration_s)
     assert all(r is not None for r in records)
-    return LoadResult([r for r in records if r is not None], duration, tuple(lag))
+    return LoadResult([r for r in records if r is not None], duration, tuple(lag), processes)
 
 
 def _wait_ready(ready: Any, workers: Sequence[Any]) -> None:

@@ -56,7 +56,7 @@ __all__ = [
     "ManagedServer",
     "ModelSource",
     "ServingWorkload",
-    "client_processes",
+    "client_processes_param",
     "free_port",
     "gpu_memory_mb",
     "measure_endpoint",
@@ -416,7 +416,7 @@ class ServingWorkload:
     def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
              target_keys: Iterable[str] = ()) -> ServingWorkload:
         keys = set(target_keys)
-        client_processes({k: v for k, v in params.items() if k in keys})  # fail early if bad
+        client_processes_param({k: v for k, v in params.items() if k in keys})  # fail early
         spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
         model = resolve_model(spec.model, cache_dir)
         return cls(spec, {k: v for k, v in params.items() if k in keys}, model,
@@ -453,7 +453,7 @@ class ServingWorkload:
 CLIENT_PROCESSES_PARAM = "client_processes"
 
 
-def client_processes(target_params: Mapping[str, Any]) -> int | None:
+def client_processes_param(target_params: Mapping[str, Any]) -> int | None:
     """The ``client_processes`` target param: None for "auto" or absent, else an integer >= 1."""
     value = target_params.get(CLIENT_PROCESSES_PARAM, "auto")
     if value == "auto":
@@ -504,7 +504,7 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         "n_requests": len(requests), "warmup_requests": len(workload.warmup),
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
         "load_duration_s": load.duration_s, "drain_limit_s": workload.spec.drain_limit_s,
-        "client_processes": processes, **_loop_lag_details(load.loop_lag_s),
+        "client_processes": load.processes, **_loop_lag_details(load.loop_lag_s),
         "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
                                   if r.sent_s is not None), default=0.0),
     }

@@ -42,7 +42,7 @@ from objectives.llm.server import (
     ManagedServer,
     ModelSource,
     ServingWorkload,
-    client_processes,
+    client_processes_param,
     free_port,
     gpu_memory_mb,
     measure_endpoint,
@@ -249,7 +249,7 @@ class ServingTarget(GoodputFromSLO, Target):
                         metrics, details = measure_endpoint(
                             base_url, self.served_model_name(one), one,
                             extra_body={"ignore_eos": True},
-                            client_processes=client_processes(one.target_params))
+                            client_processes=client_processes_param(one.target_params))
                     except Exception as exc:
                         if index == 0:
                             raise

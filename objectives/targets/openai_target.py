@@ -23,7 +23,11 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from advisor.errors import EngineUnavailableError, WorkloadError
-from objectives.llm.server import CLIENT_PROCESSES_PARAM, client_processes, measure_endpoint
+from objectives.llm.server import (
+    CLIENT_PROCESSES_PARAM,
+    client_processes_param,
+    measure_endpoint,
+)
 from objectives.llm.serving_target import ServingTarget
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn
@@ -134,7 +138,7 @@ class OpenAITarget(ServingTarget):
             extra_body=extra_body,
             concurrency=None if cap == NONE_CHOICE else int(cap),
             rate_scale=float(clean["request_rate_scale"]),
-            client_processes=client_processes(served.target_params))
+            client_processes=client_processes_param(served.target_params))
         details.update({"base_url": endpoint.base_url, "served_model": endpoint.model,
                         "extra_body": dict(extra_body),
                         "prompt_lengths": "nominal: exact only when the endpoint serves an "

@@ -12,7 +12,11 @@
 #   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 #   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=465 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=d DRAIN=20 FIRST="GPU=1 !bash scripts/device/h200_client_crosscheck_2026_11_30.sh" ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=d DRAIN=20 FIRST="GPU=1 !bash scripts/device/h200_client_crosscheck_2026_11_30.sh" ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=e DRAIN=20 VLLM_TRIALS_1B=8 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=f DRAIN=20 VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=430 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+# (d, e and f ran back to back on one warm machine, so each call's export also held the earlier
+# calls' trials; `advisor knowledge import` skips what it already has.)
 # Runs from d on add DRAIN=20: a start then costs ~2 minutes for four trials.
 # Run it as `... > $OUT/log.txt 2>&1 < /dev/null`, never into a pipe: an engine left by a killed
 # trial can hold a pipe open until the call's limit.

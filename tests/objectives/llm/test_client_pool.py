@@ -97,6 +97,7 @@ def test_sharded_run_matches_the_contract_of_run_load(fake_server: str) -> None:
     result = run_load_sharded(fake_server, "model", requests, processes=3,
                               extra_body={"ignore_eos": True}, timeout_s=30.0)
     assert [r.index for r in result.records] == list(range(24))
+    assert result.processes == 3
     for req, rec in zip(requests, result.records, strict=True):
         assert rec.ok, rec.error
         assert rec.output_tokens == 6 and len(rec.chunk_times_s) == 6
@@ -133,7 +134,7 @@ def test_one_process_is_the_plain_client(fake_server: str) -> None:
     # More processes than requests or slots: no idle workers are started.
     capped = run_load_sharded(fake_server, "model", requests, processes=8, max_concurrency=1,
                               extra_body={"ignore_eos": True})
-    assert all(r.ok for r in capped.records)
+    assert all(r.ok for r in capped.records) and capped.processes == 1
 
 
 def test_a_worker_that_fails_raises_with_its_traceback(fake_server: str) -> None:
