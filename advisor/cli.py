@@ -9,10 +9,13 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -275,8 +278,10 @@ def tune_cmd(
     """Run a tuning study: search the target's knobs against an SLO on this machine.
 
     Every trial runs in its own process (a crash, hang or rejected config fails only that
-    trial) and is stored, failed ones included.
+    trial) and is stored, failed ones included. SIGTERM stops the study as Ctrl-C does: the
+    running trial is stopped and recorded as interrupted, and `--resume` re-queues its config.
     """
+    _sigterm_interrupts()
     settings = _settings()
     updates: dict[str, Any] = {}
     if timeout is not None:
@@ -346,6 +351,19 @@ def _check_same(stored: StudyRecord, slo: str, obj: Objective, wl: Workload, tar
         raise AdvisorError(f"--resume of study {stored.name!r} with different settings: "
                            f"{'; '.join(diffs)}. Resume with the original options, or start a "
                            "new study with another --name")
+
+
+def _sigterm_interrupts() -> None:
+    """Make SIGTERM (a scheduler's or a deadline's stop) raise KeyboardInterrupt in the main
+    thread, so a study stopped that way records its running trial as interrupted instead of
+    leaving it "running" until the next `--resume`."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _print_result(result: StudyResult, as_json: bool) -> None:

@@ -433,9 +433,12 @@ class StudyDriver:
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.
             self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                                  error_type="interrupted", error="interrupted by the user")
+                                  error_type="interrupted",
+                                  error=f"stopped by {exc}" if str(exc)
+                                  else "interrupted by the user")
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
         outcome = _with_slo(target, outcome, spec.slo)
