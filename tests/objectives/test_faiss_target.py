@@ -4,6 +4,7 @@ recall/nprobe behaviour, the build cache, rejected configs, metric names and dat
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,32 @@ def test_named_workloads_include_default_small_and_synthetic_scale(target: Faiss
     total = target.default_workload().params["n_base"] + target.default_workload().params[
         "n_queries"]
     assert total <= corpus.corpus_provenance()["n_passages"]
+
+
+class _SlowIndex:
+    """A stand-in index whose every search takes ~1 ms, so pass lengths are known."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        self.calls += 1
+        time.sleep(0.001)
+        n = x.shape[0]
+        return np.zeros((n, k), np.float32), np.tile(np.arange(k), (n, 1))
+
+
+def test_timed_passes_repeat_until_the_minimum_measuring_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from objectives.targets import faiss_target
+
+    monkeypatch.setattr(faiss_target, "MIN_MEASURE_TIME_S", 0.05)
+    queries = np.zeros((10, 4), np.float32)
+    found, latency, total_ns, answered, passes = faiss_target._batched_pass(
+        _SlowIndex(), queries, 3, batch_size=5)
+    # 2 batches of ~1 ms per pass: 50 ms needs many passes; recall ids come from the first only.
+    assert passes > 1 and answered == passes * 10 and latency.size == answered
+    assert found.shape == (10, 3)
+    assert total_ns >= 0.05e9
+    single, single_passes = faiss_target._single_query_pass(_SlowIndex(), queries, 3)
+    assert single_passes > 1 and single.size >= 10 and single.sum() >= 0.05e9
