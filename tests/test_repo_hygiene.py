@@ -1,0 +1,23 @@
+"""The checkout holds no unresolved merge: a conflict marker once reached main in the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
+TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt", ".html"}
+SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".vllm-h200", ".whl"}
+
+
+def test_no_merge_conflict_markers() -> None:
+    found = []
+    for path in ROOT.rglob("*"):
+        if any(part in SKIP_DIRS for part in path.relative_to(ROOT).parts):
+            continue
+        if path.is_file() and path.suffix in TEXT_SUFFIXES:
+            for match in MARKER.finditer(path.read_text(errors="replace")):
+                line = path.read_text(errors="replace").count("\n", 0, match.start()) + 1
+                found.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not found, f"unresolved merge conflict markers: {found}"
