@@ -340,6 +340,8 @@ def _single_query_pass(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndar
     latencies: list[int] = []
     measured = 0
     n = queries.shape[0]
+    if n == 0:
+        return np.asarray(latencies, dtype=np.int64), 0
     deadline = time.perf_counter_ns() + int(SINGLE_QUERY_BUDGET_S * 1e9)
     i = 0
     while True:

@@ -6,9 +6,9 @@
 #   bash scripts/device/run_study.sh "[GPU=<i>] <advisor tune args>" ...
 #
 # Each argument is one study's `advisor tune` arguments, or `!<shell command>` for another job that
-# must have the GPU to itself (a cross-check, say); it runs with the GPU's environment. Studies that name a GPU run on that GPU
-# only (CUDA_VISIBLE_DEVICES), studies on different GPUs run in parallel, studies on the same GPU
-# one after another: no two measurements ever share a GPU. Each GPU's trials go to their own
+# must have the GPU to itself (a cross-check, say); it runs with the GPU's environment. Studies
+# that name a GPU run on that GPU only (CUDA_VISIBLE_DEVICES), studies on different GPUs run in
+# parallel, studies on the same GPU one after another: no two measurements ever share a GPU. Each GPU's trials go to their own
 # SQLite store; everything that finished is exported to $OUT/trials-gpu<i>.jsonl when the script
 # ends, also when a study fails or the time runs out (SIGTERM), with nvidia-smi's report beside it.
 set -uo pipefail
