@@ -18,6 +18,7 @@ from advisor.driver import StudyDriver, StudySpec
 from advisor.objective import Objective
 from advisor.settings import Settings
 from api import create_app
+from api.errors import ApiError
 from knowledge import TrialStore
 from objectives import parse_slo
 from tests.api.conftest import KEY, make_settings
@@ -93,6 +94,21 @@ def test_answers_follow_the_store(api: TestClient, settings: Settings) -> None:
     assert after == before + 4
 
 
+def test_accept_negotiation_picks_the_best_supported_format() -> None:
+    from api.routes.cheatsheet import negotiate
+
+    assert negotiate(None) == negotiate("") == negotiate("*/*") == "json"
+    assert negotiate("text/*") == "markdown"  # text/markdown before text/html on a tie
+    assert negotiate("text/html;q=0.5, text/markdown;q=0.9") == "markdown"
+    assert negotiate("application/json;q=0, */*;q=0.1") == "markdown"
+    assert negotiate("text/html, */*;q=0.8") == "html"
+    assert negotiate("TEXT/HTML") == "html"
+    assert negotiate("text/html;q=bogus, application/json;q=0.2") == "json"
+    with pytest.raises(ApiError) as refused:
+        negotiate("image/png, application/xml")
+    assert refused.value.status == 406
+
+
 def test_cheatsheet_formats_and_value_lookup(api: TestClient) -> None:
     sheet = api.get("/v1/cheatsheet", params={"target": "scripted"})
     assert sheet.status_code == 200 and sheet.headers["content-type"].startswith(
@@ -103,6 +119,21 @@ def test_cheatsheet_formats_and_value_lookup(api: TestClient) -> None:
     assert md.headers["content-type"].startswith("text/markdown") and "|" in md.text
     html = api.get("/v1/cheatsheet", params={"target": "scripted", "format": "html"})
     assert html.headers["content-type"].startswith("text/html") and "<table" in html.text
+    # Without ?format= the Accept header decides; ?format= wins over it.
+    browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    by_accept = api.get("/v1/cheatsheet", params={"target": "scripted"},
+                        headers={"Accept": browser})
+    assert by_accept.headers["content-type"].startswith("text/html")
+    assert by_accept.headers["vary"] == "Accept"
+    md = api.get("/v1/cheatsheet", params={"target": "scripted"},
+                 headers={"Accept": "text/markdown"})
+    assert md.headers["content-type"].startswith("text/markdown")
+    forced = api.get("/v1/cheatsheet", params={"target": "scripted", "format": "json"},
+                     headers={"Accept": "text/html"})
+    assert forced.headers["content-type"].startswith("application/json")
+    refused = api.get("/v1/cheatsheet", params={"target": "scripted"},
+                      headers={"Accept": "image/png"})
+    assert refused.status_code == 406 and refused.json()["error"]["type"] == "not_acceptable"
     resp = api.get("/v1/cheatsheet/value", params={"target": "scripted", "knob": "y"})
     if resp.status_code == 404:  # the tier's SLO is met by no config: said, not guessed
         assert "no config meets" in resp.json()["error"]["message"]
