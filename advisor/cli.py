@@ -273,6 +273,11 @@ def tune_cmd(
         "arrival rate in req/s (repeatable), on the same engine start, as a trial of the study "
         "<name>@<rate>rps. Same arrival window (requests scale with the rate), other prompts. "
         "--timeout covers the whole trial.")] = None,
+    enqueue: Annotated[list[str] | None, typer.Option(
+        "--enqueue", help="Measure this config first, after the engine default (repeatable): a "
+        "YAML/JSON mapping of knobs, e.g. '{max_num_seqs: 256, enable_chunked_prefill: false}', "
+        "or @FILE holding a mapping or a list of them. Knobs left out keep the engine default, so "
+        "one knob per --enqueue ablates the default one knob at a time.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a tuning study: search the target's knobs against an SLO on this machine.
@@ -308,6 +313,9 @@ def tune_cmd(
             if also_rate and [c.name for c in co_measured] != stored_co:
                 raise AdvisorError(f"--resume of study {study_name!r} with other --also-rate "
                                    f"values: it is measured with {stored_co or 'no other study'}")
+            if enqueue:
+                raise AdvisorError(f"--enqueue applies when a study starts; study {study_name!r} "
+                                   "exists (start a new one with another --name)")
             result = driver.resume(study_name, trials)
         else:
             if resume:
@@ -315,7 +323,7 @@ def tune_cmd(
             result = driver.run(StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
                 n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
-                co_measured=co_measured))
+                co_measured=co_measured, enqueued=_enqueued(enqueue or [])))
     except KeyboardInterrupt:
         reporter.progress.stop()
         err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
@@ -351,6 +359,31 @@ def _check_same(stored: StudyRecord, slo: str, obj: Objective, wl: Workload, tar
         raise AdvisorError(f"--resume of study {stored.name!r} with different settings: "
                            f"{'; '.join(diffs)}. Resume with the original options, or start a "
                            "new study with another --name")
+
+
+def _enqueued(values: Sequence[str]) -> tuple[dict[str, Any], ...]:
+    """``--enqueue`` values as knob mappings: inline YAML/JSON, or @FILE with one or a list."""
+    configs: list[dict[str, Any]] = []
+    for value in values:
+        where = f"--enqueue {value!r}"
+        text = value
+        if value.startswith("@"):
+            path = Path(value[1:]).expanduser()
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise AdvisorError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise AdvisorError(f"{where}: not YAML/JSON: {exc}") from None
+        items = data if isinstance(data, list) else [data]
+        for item in items:
+            if not isinstance(item, dict) or not item or not all(isinstance(k, str) for k in item):
+                raise AdvisorError(f"{where}: expected a mapping of knob names to values, e.g. "
+                                   "'{max_num_seqs: 256}'")
+            configs.append(item)
+    return tuple(configs)
 
 
 def _sigterm_interrupts() -> None:

@@ -30,7 +30,7 @@ import optuna
 from optuna.trial import TrialState
 
 from advisor import __version__
-from advisor.errors import StudyError
+from advisor.errors import SearchSpaceError, StudyError
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.sampling import suggest_config
@@ -49,6 +49,7 @@ __all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResul
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
 _DEFAULT_ROLE = "engine-default"
+_ENQUEUED_ROLE = "enqueued"
 _FIXED_ATTR = "advisor_fixed"
 #: Provenance keys linking a study and the studies measured alongside it.
 _CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
@@ -79,6 +80,9 @@ class StudySpec:
     co_measured: tuple[CoMeasured, ...] = ()
     #: Knobs held at one value for the whole study (validated against the space by the caller).
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: Configs measured first, after the engine default (partial ones are completed with the
+    #: engine defaults): a production config, or one-knob variations of a config to ablate it.
+    enqueued: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
@@ -188,6 +192,7 @@ class StudyDriver:
                 raise StudyError(f"a study named {co.name!r} already exists; choose another "
                                  "--name for the study it would be measured alongside")
         target = self._check_target(spec)
+        enqueued = self._enqueued_configs(spec, target)
         provenance = self._prepare(target, spec.workload)
         co_provenance = [self._prepare(target, co.workload) for co in spec.co_measured]
         if spec.co_measured:
@@ -207,7 +212,27 @@ class StudyDriver:
         if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
             # default_config() holds exactly the active knobs, which is what the sampler replays.
             ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
+        for config in enqueued:
+            ostudy.enqueue_trial(config, user_attrs={"advisor_role": _ENQUEUED_ROLE})
         return self._loop(spec, study, target, ostudy, companions)
+
+    @staticmethod
+    def _enqueued_configs(spec: StudySpec, target: Target) -> list[dict[str, Any]]:
+        """``spec.enqueued`` completed with the engine defaults and checked against the space and
+        the fixed knobs, before anything is stored: a bad config fails the command, not a trial."""
+        space = target.space()
+        configs = []
+        for position, partial in enumerate(spec.enqueued, start=1):
+            clashes = {k: v for k, v in partial.items() if k in spec.fixed and spec.fixed[k] != v}
+            if clashes:
+                raise StudyError(f"enqueued config {position} sets {clashes}, but the study "
+                                 f"fixes {dict(spec.fixed)}")
+            try:
+                config = space.validate_config({**spec.fixed, **partial}, fill_defaults=True)
+            except SearchSpaceError as exc:
+                raise StudyError(f"enqueued config {position}: {exc}") from None
+            configs.append(config)
+        return configs
 
     def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
         return self.store.create_study(StudyRecord(

@@ -86,6 +86,36 @@ def test_refuses_to_overwrite_and_to_resume_missing(settings: Settings) -> None:
         driver.resume("nope")
 
 
+def test_enqueued_configs_run_first_completed_with_the_defaults(settings: Settings) -> None:
+    store = TrialStore(settings.db_url)
+    default = ScriptedTarget().space().default_config()
+    result = StudyDriver(store, settings).run(_spec(
+        name="q", n=4, enqueued=({"x": 0.3}, {"y": 32, "mode": "b"})))
+    trials = sorted(result.trials, key=lambda t: t.number)
+    assert [t.details.get("role") for t in trials[:3]] == ["engine-default", "enqueued",
+                                                          "enqueued"]
+    assert trials[1].config == {**default, "x": 0.3}  # one knob off the default
+    # mode=b turns on a knob the default leaves off; it takes its own default.
+    space = ScriptedTarget().space()
+    assert trials[2].config == space.validate_config({**default, "y": 32, "mode": "b"},
+                                                     fill_defaults=True)
+    assert set(trials[2].config) > set(default)
+    assert trials[1].metrics == pytest.approx(response(trials[1].config))
+    assert "role" not in trials[3].details  # then the sampler takes over
+
+
+def test_a_bad_enqueued_config_fails_before_anything_is_stored(settings: Settings) -> None:
+    store = TrialStore(settings.db_url)
+    driver = StudyDriver(store, settings)
+    with pytest.raises(StudyError, match=r"enqueued config 2: .*unknown knob 'nope'"):
+        driver.run(_spec(name="bad", n=2, enqueued=({"x": 0.1}, {"nope": 1})))
+    with pytest.raises(StudyError, match=r"enqueued config 1: .*x: "):
+        driver.run(_spec(name="bad", n=2, enqueued=({"x": 7.0},)))
+    with pytest.raises(StudyError, match="fixes"):
+        driver.run(_spec(name="bad", n=2, fixed={"mode": "a"}, enqueued=({"mode": "b"},)))
+    assert store.get_study("bad") is None
+
+
 def test_resume_runs_only_the_remaining_trials(settings: Settings) -> None:
     store = TrialStore(settings.db_url)
     StudyDriver(store, settings).run(_spec(name="r", n=3))
