@@ -18,6 +18,11 @@
 # (d, e and f ran back to back on one warm machine, so each call's export also held the earlier
 # calls' trials; `advisor knowledge import` skips what it already has.)
 # Runs from d on add DRAIN=20: a start then costs ~2 minutes for four trials.
+# Not run yet: the one-knob ablation of vLLM's defaults toward the config that beat them, both
+# measured in one lease (ENQUEUE adds `--enqueue`, INCLUDE_DEFAULT=1 measures the default first;
+# 11 engine starts per GPU, ~20 minutes: one call measures about half, so split the YAML list in
+# two and run each half as its own RUN letter, both with INCLUDE_DEFAULT=1):
+#   RUN=g DRAIN=20 INCLUDE_DEFAULT=1 ENQUEUE=@scripts/device/h200_vllm_ablation_configs.yaml VLLM_TRIALS_8B=11 VLLM_TRIALS_1B=11 ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
 # Run it as `... > $OUT/log.txt 2>&1 < /dev/null`, never into a pipe: an engine left by a killed
 # trial can hold a pipe open until the call's limit.
 set -uo pipefail
@@ -25,11 +30,12 @@ cd "$(dirname "$0")/../.."
 RUN=${RUN:-a}
 SEED=$(( $(printf '%d' "'$RUN") - 96 ))   # a -> 1, b -> 2, ...
 DEFAULT=--include-default
-[ "$RUN" = a ] || DEFAULT=--no-include-default
+[ "$RUN" = a ] || [ "${INCLUDE_DEFAULT:-0}" = 1 ] || DEFAULT=--no-include-default
 # DRAIN=<s> bounds how long an overloaded config's queue is drained (workload drain_limit_s,
 # docs/metrics.md); the 2026-11-30 runs predate it and waited for every request.
 DRAIN_PARAM=${DRAIN:+--workload-param drain_limit_s=$DRAIN}
-COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT $DRAIN_PARAM"
+ENQUEUE_ARG=${ENQUEUE:+--enqueue $ENQUEUE}
+COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 480 $DEFAULT $DRAIN_PARAM $ENQUEUE_ARG"
 poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 STUDIES=(
   ${FIRST:+"$FIRST"}
