@@ -21,7 +21,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -43,6 +43,7 @@ from objectives.hardware import fingerprint
 from objectives.registry import get_target
 from objectives.target import Target
 from objectives.workload import canonical_json
+from search_spaces import SearchSpace
 
 __all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec"]
 
@@ -170,6 +171,24 @@ class _Companion:
     ostudy: optuna.Study
 
 
+def complete_enqueued(space: SearchSpace, fixed: Mapping[str, Any],
+                      enqueued: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each enqueued (possibly partial) config completed with the engine defaults and checked
+    against ``space`` and the study's ``fixed`` knobs; raises :class:`SearchSpaceError` naming
+    the config (1-based) and what is wrong with it."""
+    configs = []
+    for position, partial in enumerate(enqueued, start=1):
+        clashes = {k: v for k, v in partial.items() if k in fixed and fixed[k] != v}
+        if clashes:
+            raise SearchSpaceError(f"enqueued config {position} sets {clashes}, but the study "
+                                   f"fixes {dict(fixed)}")
+        try:
+            configs.append(space.validate_config({**fixed, **partial}, fill_defaults=True))
+        except SearchSpaceError as exc:
+            raise SearchSpaceError(f"enqueued config {position}: {exc}") from None
+    return configs
+
+
 class StudyDriver:
     """Runs and resumes studies against a :class:`TrialStore`."""
 
@@ -218,21 +237,9 @@ class StudyDriver:
 
     @staticmethod
     def _enqueued_configs(spec: StudySpec, target: Target) -> list[dict[str, Any]]:
-        """``spec.enqueued`` completed with the engine defaults and checked against the space and
-        the fixed knobs, before anything is stored: a bad config fails the command, not a trial."""
-        space = target.space()
-        configs = []
-        for position, partial in enumerate(spec.enqueued, start=1):
-            clashes = {k: v for k, v in partial.items() if k in spec.fixed and spec.fixed[k] != v}
-            if clashes:
-                raise StudyError(f"enqueued config {position} sets {clashes}, but the study "
-                                 f"fixes {dict(spec.fixed)}")
-            try:
-                config = space.validate_config({**spec.fixed, **partial}, fill_defaults=True)
-            except SearchSpaceError as exc:
-                raise StudyError(f"enqueued config {position}: {exc}") from None
-            configs.append(config)
-        return configs
+        """``spec.enqueued`` completed and checked before anything is stored: a bad config fails
+        the command, not a trial."""
+        return complete_enqueued(target.space(), spec.fixed, spec.enqueued)
 
     def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
         return self.store.create_study(StudyRecord(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from advisor.driver import SAMPLERS, StudyDriver, StudySpec
+from advisor.driver import SAMPLERS, StudyDriver, StudySpec, complete_enqueued
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, WorkloadError
 from advisor.objective import Objective
 from advisor.settings import Settings
@@ -158,6 +158,9 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     workload = request.get("workload") or {}
     wl = _resolve_workload(target, workload.get("preset"), workload.get("params") or {})
     fixed = _check_fixed(target.space(), request.get("fixed") or {})
+    enqueued = complete_enqueued(target.space(), fixed, request.get("enqueue") or [])
+    if enqueued and request.get("resume"):
+        raise StudyError("`enqueue` applies when a study starts; it cannot go with `resume`")
     n_trials = int(request.get("trials", 30))
     if not 1 <= n_trials <= MAX_TRIALS:
         raise StudyError(f"`1 <= trials <= {MAX_TRIALS}` must hold, but got trials={n_trials}")
@@ -170,10 +173,12 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     seed = request.get("seed")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
                      n_trials=n_trials, sampler=sampler, seed=None if seed is None else int(seed),
-                     include_default=bool(request.get("include_default", True)), fixed=fixed)
+                     include_default=bool(request.get("include_default", True)), fixed=fixed,
+                     enqueued=tuple(enqueued))
     normalised = {
         "target": target_name, "slo": str(slo), "objective": str(objective),
-        "workload": wl.spec, "fixed": fixed, "trials": n_trials, "sampler": sampler,
+        "workload": wl.spec, "fixed": fixed, "enqueue": enqueued, "trials": n_trials,
+        "sampler": sampler,
         "seed": spec.seed, "include_default": spec.include_default, "name": name,
         "resume": bool(request.get("resume", False)),
     }
@@ -187,7 +192,8 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         objective=Objective.parse(request["objective"]),
         workload=Workload.from_spec(request["workload"]), n_trials=int(request["trials"]),
         sampler=request["sampler"], seed=request["seed"],
-        include_default=bool(request["include_default"]), fixed=dict(request.get("fixed") or {}))
+        include_default=bool(request["include_default"]), fixed=dict(request.get("fixed") or {}),
+        enqueued=tuple(dict(c) for c in request.get("enqueue") or ()))
     return spec, bool(request.get("resume"))
 
 

@@ -151,6 +151,11 @@ class StudyCreate(BaseModel):
     fixed: dict[str, Any] = Field(default_factory=dict, max_length=64,
                                   description="knobs held at one value, checked against the "
                                               "target's search space")
+    enqueue: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=64,
+        description="configs measured right after the engine default, as `advisor tune "
+                    "--enqueue` takes them: knob mappings, completed with the engine defaults "
+                    "and checked against the search space")
     trials: int = Field(default=30, ge=1, le=1000)
     sampler: Literal["tpe", "gp", "random"] = "tpe"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)

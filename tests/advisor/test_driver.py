@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from advisor.driver import StudyDriver, StudySpec, optuna_storage
-from advisor.errors import StudyError
+from advisor.errors import SearchSpaceError, StudyError
 from advisor.objective import Objective
 from advisor.settings import Settings
 from knowledge import TrialStatus, TrialStore
@@ -107,11 +107,11 @@ def test_enqueued_configs_run_first_completed_with_the_defaults(settings: Settin
 def test_a_bad_enqueued_config_fails_before_anything_is_stored(settings: Settings) -> None:
     store = TrialStore(settings.db_url)
     driver = StudyDriver(store, settings)
-    with pytest.raises(StudyError, match=r"enqueued config 2: .*unknown knob 'nope'"):
+    with pytest.raises(SearchSpaceError, match=r"enqueued config 2: .*unknown knob 'nope'"):
         driver.run(_spec(name="bad", n=2, enqueued=({"x": 0.1}, {"nope": 1})))
-    with pytest.raises(StudyError, match=r"enqueued config 1: .*x: "):
+    with pytest.raises(SearchSpaceError, match=r"enqueued config 1: .*x: "):
         driver.run(_spec(name="bad", n=2, enqueued=({"x": 7.0},)))
-    with pytest.raises(StudyError, match="fixes"):
+    with pytest.raises(SearchSpaceError, match="fixes"):
         driver.run(_spec(name="bad", n=2, fixed={"mode": "a"}, enqueued=({"mode": "b"},)))
     assert store.get_study("bad") is None
 

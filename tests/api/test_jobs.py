@@ -53,9 +53,12 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None
 
 def test_job_runs_the_study_with_fixed_knobs_and_reports_progress(
         api: TestClient, settings: Settings) -> None:
-    job = _start(api, name="api-study", trials=4, fixed={**FIXED_X, "mode": "b"})
+    job = _start(api, name="api-study", trials=4, fixed={**FIXED_X, "mode": "b"},
+                 enqueue=[{"y": 16}])
     assert job["status"] == "queued" and job["progress"] is None
     assert job["request"]["fixed"] == {"x": 0.5, "mode": "b"}
+    # Enqueued configs are stored completed (fixed knobs, then the engine defaults).
+    assert job["request"]["enqueue"][0]["y"] == 16 and job["request"]["enqueue"][0]["x"] == 0.5
     ran = Worker(settings).run_once()
     assert ran is not None and ran.status == JobStatus.SUCCEEDED, ran and ran.error
     job = api.get(f"/v1/jobs/{job['id']}").json()
@@ -68,6 +71,8 @@ def test_job_runs_the_study_with_fixed_knobs_and_reports_progress(
     trials = api.get("/v1/trials", params={"study": "api-study"}).json()
     assert trials["total"] == 4
     assert all(t["config"]["x"] == 0.5 and t["config"]["mode"] == "b" for t in trials["items"])
+    by_number = {t["number"]: t for t in trials["items"]}
+    assert by_number[0]["config"]["y"] == 16  # the default clashes with mode=b: enqueued first
     if progress["best_trial_id"] is not None:
         feasible = [t for t in trials["items"] if t["feasible"]]
         assert progress["best_objective_value"] == max(t["objective_value"] for t in feasible)
@@ -83,6 +88,12 @@ def test_job_runs_the_study_with_fixed_knobs_and_reports_progress(
     ({"target": "scripted", "fixed": {"w": 1}}, 422, "search_space_error", "unknown knob 'w'"),
     ({"target": "scripted", "fixed": {"x": 2.0}}, 422, "search_space_error", "x:"),
     ({"target": "scripted", "fixed": {"mode": "c"}}, 422, "search_space_error", "mode:"),
+    ({"target": "scripted", "enqueue": [{"x": 0.2}, {"w": 1}]}, 422, "search_space_error",
+     "enqueued config 2"),
+    ({"target": "scripted", "fixed": {"mode": "a"}, "enqueue": [{"mode": "b"}]}, 422,
+     "search_space_error", "fixes"),
+    ({"target": "scripted", "enqueue": [{"x": 0.2}], "resume": True}, 409, "study_error",
+     "cannot go with `resume`"),
     ({"target": "scripted", "slo": "bogus<=1"}, 422, "slo_parse_error", "unknown metric"),
     ({"target": "scripted", "objective": "maximize:ttft_p95_ms"}, 409, "study_error",
      "does not report"),
