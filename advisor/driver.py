@@ -45,7 +45,8 @@ from objectives.target import Target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
-__all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec"]
+__all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec",
+           "complete_enqueued"]
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
