@@ -212,7 +212,8 @@ class StudyDriver:
                 raise StudyError(f"a study named {co.name!r} already exists; choose another "
                                  "--name for the study it would be measured alongside")
         target = self._check_target(spec)
-        enqueued = self._enqueued_configs(spec, target)
+        # Checked before anything is stored: a bad config fails the command, not a trial.
+        enqueued = complete_enqueued(target.space(), spec.fixed, spec.enqueued)
         provenance = self._prepare(target, spec.workload)
         co_provenance = [self._prepare(target, co.workload) for co in spec.co_measured]
         if spec.co_measured:
@@ -235,12 +236,6 @@ class StudyDriver:
         for config in enqueued:
             ostudy.enqueue_trial(config, user_attrs={"advisor_role": _ENQUEUED_ROLE})
         return self._loop(spec, study, target, ostudy, companions)
-
-    @staticmethod
-    def _enqueued_configs(spec: StudySpec, target: Target) -> list[dict[str, Any]]:
-        """``spec.enqueued`` completed and checked before anything is stored: a bad config fails
-        the command, not a trial."""
-        return complete_enqueued(target.space(), spec.fixed, spec.enqueued)
 
     def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
         return self.store.create_study(StudyRecord(

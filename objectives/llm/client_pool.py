@@ -84,8 +84,6 @@ def _worker(index: int, requests: list[RequestSpec], kwargs: dict[str, Any],
     try:
         ready.put(index)
         start_at = start.get(timeout=READY_TIMEOUT_S * 2)
-        if start_at is None:  # the parent gave up
-            return
         result = asyncio.run(run_load_async(requests=requests, start_at=start_at, **kwargs))
         results.put((index, result, None))
     except BaseException:  # everything goes back to the parent, which raises
@@ -114,7 +112,7 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     if processes == 1:
         return run_load(base_url, model, requests, max_concurrency=max_concurrency,
                         api_key=api_key, endpoint=endpoint, extra_body=extra_body,
-                        timeout_s=timeout_s, cutoff_s=cutoff_s)  # processes=1 by default
+                        timeout_s=timeout_s, cutoff_s=cutoff_s)
     shares = shard_requests(requests, processes)
     caps = _split_cap(max_concurrency, processes)
     ctx = multiprocessing.get_context("spawn")  # no fork: the driver may hold threads and sockets

@@ -416,10 +416,11 @@ class ServingWorkload:
     def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
              target_keys: Iterable[str] = ()) -> ServingWorkload:
         keys = set(target_keys)
-        client_processes_param({k: v for k, v in params.items() if k in keys})  # fail early
+        target_params = {k: v for k, v in params.items() if k in keys}
+        client_processes_param(target_params)  # a bad value fails the study, not each trial
         spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
         model = resolve_model(spec.model, cache_dir)
-        return cls(spec, {k: v for k, v in params.items() if k in keys}, model,
+        return cls(spec, target_params, model,
                    generate_requests(spec, model.vocab_size),
                    generate_warmup_requests(spec, model.vocab_size))
 
