@@ -17,7 +17,8 @@ def test_no_merge_conflict_markers() -> None:
         if any(part in SKIP_DIRS for part in path.relative_to(ROOT).parts):
             continue
         if path.is_file() and path.suffix in TEXT_SUFFIXES:
-            for match in MARKER.finditer(path.read_text(errors="replace")):
-                line = path.read_text(errors="replace").count("\n", 0, match.start()) + 1
+            text = path.read_text(errors="replace")
+            for match in MARKER.finditer(text):
+                line = text.count("\n", 0, match.start()) + 1
                 found.append(f"{path.relative_to(ROOT)}:{line}")
     assert not found, f"unresolved merge conflict markers: {found}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from objectives.llm.client_pool import (
 )
 from objectives.llm.metrics import per_request, summarize
 from objectives.llm.requests import RequestSpec
+from objectives.llm.server import free_port
 
 FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
 
@@ -68,9 +68,7 @@ def test_auto_processes_follows_the_streamed_token_rate() -> None:
 
 @pytest.fixture(scope="module")
 def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     log = tmp_path_factory.mktemp("fake") / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "model", "--port", str(port)],
