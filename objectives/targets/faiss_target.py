@@ -384,10 +384,9 @@ def _batched_pass(index: Any, queries: np.ndarray, k: int, batch_size: int
             latencies.extend([t1 - t0] * batch.shape[0])
             if t1 > deadline and answered >= MIN_MEASURED:
                 break
-        else:
-            if total < MIN_MEASURE_TIME_S * 1e9 and time.perf_counter_ns() < deadline:
-                continue
-        break
+        # Past the deadline (the inner loop's stop too) or measured long enough: done.
+        if total >= MIN_MEASURE_TIME_S * 1e9 or time.perf_counter_ns() >= deadline:
+            break
     return (np.concatenate(ids), np.asarray(latencies, dtype=np.int64), total, answered,
             passes)
 
