@@ -22,6 +22,7 @@ TARGETS: dict[str, str] = {
     "vllm": "objectives.targets.vllm_target:VllmTarget",
     "tensorrt-llm": "objectives.targets.tensorrt_llm_target:TensorRTLLMTarget",
     "openai": "objectives.targets.openai_target:OpenAITarget",
+    "rag": "objectives.targets.rag_target:RagTarget",
 }
 
 

@@ -74,3 +74,9 @@ def store(db_url: str) -> Iterator[TrialStore]:
 def faiss_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One dataset/index cache for the whole session, so MiniLM embeds the test corpus once."""
     return tmp_path_factory.mktemp("faiss-cache")
+
+
+@pytest.fixture(scope="session")
+def rag_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One RAG store / index / model cache for the session: MiniLM embeds the chunks once."""
+    return tmp_path_factory.mktemp("rag-cache")

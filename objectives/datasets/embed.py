@@ -45,8 +45,8 @@ def _model_dir() -> Path:
     return model_dir
 
 
-@lru_cache(maxsize=1)
-def _model() -> Any:
+@lru_cache(maxsize=2)
+def _model(device: str = "cpu") -> Any:
     model_dir = _model_dir()
     # Must be set before transformers/huggingface_hub are imported: they read it once at import,
     # and without it a missing file would turn into a network call instead of a clear error.
@@ -58,14 +58,16 @@ def _model() -> Any:
         raise EngineUnavailableError(
             f"embedding needs sentence-transformers (and torch); {_INSTALL_HINT}"
         ) from None
-    return SentenceTransformer(str(model_dir), device="cpu")
+    return SentenceTransformer(str(model_dir), device=device)
 
 
-def embed_passages(passages: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """Embed ``passages`` into an ``[n, 384]`` float32 array of unit-norm rows."""
+def embed_passages(passages: Sequence[str], batch_size: int = 64, device: str = "cpu"
+                   ) -> np.ndarray:
+    """Embed ``passages`` into an ``[n, 384]`` float32 array of unit-norm rows, on ``device``
+    (a torch device name; the stored datasets are embedded on the CPU)."""
     if not passages:
         return np.zeros((0, EMBED_DIM), dtype=np.float32)
-    model = _model()
+    model = _model(device)
     vectors = model.encode(
         list(passages), batch_size=batch_size, convert_to_numpy=True,
         normalize_embeddings=True, show_progress_bar=False,
