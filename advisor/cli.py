@@ -31,6 +31,7 @@ from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, Study
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
+from advisor.presets import resolve_workload
 from advisor.recommend import (
     ModelRecommendation,
     PredictedMetric,
@@ -157,23 +158,13 @@ def targets_cmd(
 
 
 def _resolve_workload(target: Target, workload: str | None, params: Sequence[str]) -> Workload:
-    presets = target.named_workloads()
-    if workload is None:
-        wl = target.default_workload()
-    elif workload in presets:
-        wl = presets[workload]
-    elif Path(workload).exists():
-        wl = Workload.from_file(Path(workload))
-    else:
-        raise WorkloadError(f"unknown workload {workload!r}: not a preset of {target.name} "
-                            f"({', '.join(sorted(presets))}) and not a file")
     overrides: dict[str, Any] = {}
     for item in params:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise WorkloadError(f"--workload-param expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = yaml.safe_load(value)
-    return wl.with_params(**overrides) if overrides else wl
+    return resolve_workload(target, workload, overrides)
 
 
 def _default_study_name(target: str, wl: Workload, slo: str, objective: str) -> str:
@@ -1086,3 +1077,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if isinstance(code, int) and code:  # non-standalone click returns typer.Exit's code
         sys.exit(code)
+
+
+# Registered last: the sweep commands reuse this module's helpers.
+from advisor.sweep_cli import sweep_app  # noqa: E402
+
+app.add_typer(sweep_app, name="sweep")

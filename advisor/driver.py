@@ -45,8 +45,8 @@ from objectives.target import Target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
-__all__ = ["SAMPLERS", "CoMeasured", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec",
-           "complete_enqueued"]
+__all__ = ["SAMPLERS", "CoMeasured", "JoinResult", "StudyDriver", "StudyReporter", "StudyResult",
+           "StudySpec", "complete_enqueued", "failure_streak"]
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
@@ -118,6 +118,28 @@ class StudyResult:
     @property
     def n_feasible(self) -> int:
         return sum(bool(t.feasible) for t in self.trials if t.status == TrialStatus.COMPLETE)
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """What one worker did in a shared study: trials it ran, and why it stopped
+    (``"budget"``: every slot taken; ``"failing"``: the study's recent trials all failed)."""
+
+    trials_run: int
+    stopped_because: str
+
+
+def failure_streak(store: TrialStore, study_id: int) -> int:
+    """How many of the study's most recently finished trials failed in a row."""
+    finished = [t for t in store.trials_of_study(study_id, list(TrialStatus.FINISHED))
+                if t.finished_at is not None]
+    finished.sort(key=lambda t: t.finished_at, reverse=True)  # type: ignore[arg-type,return-value]
+    streak = 0
+    for t in finished:
+        if t.status != TrialStatus.FAILED:
+            break
+        streak += 1
+    return streak
 
 
 class StudyReporter(Protocol):
@@ -203,6 +225,18 @@ class StudyDriver:
 
     def run(self, spec: StudySpec) -> StudyResult:
         """Start a new study named ``spec.name`` and run it to ``spec.n_trials`` trials."""
+        study, target, ostudy, companions = self._start(spec)
+        return self._loop(spec, study, target, ostudy, companions)
+
+    def create(self, spec: StudySpec) -> StudyRecord:
+        """Create the study ``spec.name`` with its queued configs (engine default, enqueued ones)
+        and its workload prepared, without running a trial: workers then :meth:`join` it."""
+        if spec.co_measured:
+            raise StudyError("a study run by several workers cannot have co-measured studies")
+        return self._start(spec)[0]
+
+    def _start(self, spec: StudySpec
+               ) -> tuple[StudyRecord, Target, optuna.Study, list[_Companion]]:
         if (existing := self.store.get_study(spec.name)) is not None:
             n = len(self.store.trials_of_study(existing.id or 0))
             raise StudyError(f"a study named {spec.name!r} already exists ({n} trials); pass "
@@ -235,7 +269,7 @@ class StudyDriver:
             ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
         for config in enqueued:
             ostudy.enqueue_trial(config, user_attrs={"advisor_role": _ENQUEUED_ROLE})
-        return self._loop(spec, study, target, ostudy, companions)
+        return study, target, ostudy, companions
 
     def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
         return self.store.create_study(StudyRecord(
@@ -250,6 +284,16 @@ class StudyDriver:
     def resume(self, name: str, n_trials: int | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
         until ``n_trials`` (default: the study's own) trials have finished."""
+        spec, study, target, ostudy, companions = self._open(name, n_trials)
+        return self._loop(spec, study, target, ostudy, companions)
+
+    def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
+        """Recover the study ``name`` after a killed driver or worker (what :meth:`resume` does
+        before its loop), optionally setting its trial budget; no trial is run."""
+        return self._open(name, n_trials)[1]
+
+    def _open(self, name: str, n_trials: int | None
+              ) -> tuple[StudySpec, StudyRecord, Target, optuna.Study, list[_Companion]]:
         study = self.store.get_study(name)
         if study is None:
             raise StudyError(f"no study named {name!r} to resume; run without --resume to start it")
@@ -281,7 +325,73 @@ class StudyDriver:
             study = self._update_n_trials(study, n_trials)
             companions = [dataclasses.replace(c, study=self._update_n_trials(c.study, n_trials))
                           for c in companions]
-        return self._loop(spec, study, target, ostudy, companions)
+        return spec, study, target, ostudy, companions
+
+    def join(self, name: str, *, worker: int = 0, max_consecutive_failures: int | None = None
+             ) -> JoinResult:
+        """Run trials of the existing study ``name`` beside other workers until its budget is
+        taken (trials finished or running anywhere) or it keeps failing.
+
+        Workers share the study through the database: each trial claims a slot of the budget in
+        the store (:meth:`TrialStore.claim_trial`) before it runs, so the budget is never
+        overshot; Optuna's sampler sees every worker's trials through the shared storage. Nothing
+        is recovered here: whoever starts the workers calls :meth:`recover` first, so a worker
+        never fails a trial that another worker is running.
+        """
+        spec, study, ostudy = self.shared_study(name, worker=worker)
+        target = self._check_target(spec)
+        self._prepare(target, spec.workload)
+        space = target.space()
+        ran = 0
+        self.store.set_study_status(study.id or 0, StudyStatus.RUNNING)
+        while True:
+            taken = self.store.count_trials(study.id or 0,
+                                            [*TrialStatus.FINISHED, TrialStatus.RUNNING])
+            if taken >= study.n_trials:
+                return JoinResult(ran, "budget")
+            if (max_consecutive_failures is not None
+                    and failure_streak(self.store, study.id or 0) >= max_consecutive_failures):
+                return JoinResult(ran, "failing")
+            rec = self._run_one(spec, study, target, space, ostudy, [], budget=study.n_trials)
+            if rec is None:
+                return JoinResult(ran, "budget")
+            ran += 1
+            self.reporter.trial_finished(rec, ran, None)
+
+    def shared_study(self, name: str, *, worker: int = 0
+                     ) -> tuple[StudySpec, StudyRecord, optuna.Study]:
+        """The spec, stored row and Optuna study of the existing study ``name`` for one of
+        several samplers sharing it (each ``worker`` gets its own seed, so samplers that start
+        together do not replay one sequence side by side)."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r}")
+        if study.data_provenance.get(_CO_STUDIES) or study.data_provenance.get(_CO_WITH):
+            raise StudyError(f"study {name!r} has co-measured studies; it runs in one driver")
+        spec = self._spec_of(study, None)
+        if spec.seed is not None:
+            spec = dataclasses.replace(spec, seed=spec.seed + 7919 * worker)
+        return spec, study, self._optuna_study(spec, study)
+
+    def enqueue(self, name: str, configs: Sequence[Mapping[str, Any]], *, role: str,
+                attrs: Mapping[str, Any] | None = None, extend_budget: bool = False
+                ) -> StudyRecord:
+        """Queue ``configs`` in the existing study ``name`` (checked against its space; partial
+        ones completed with the engine defaults). With ``extend_budget`` its trial budget grows
+        by as many, so they run in addition to the trials it has (a sweep's repeat runs);
+        otherwise they are measured first within it (a sweep's warm start). ``attrs`` (keys
+        ``advisor_*``) are stored in each trial's details without the prefix."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r}")
+        spec = self._spec_of(study, None)
+        target = self._check_target(spec)
+        checked = complete_enqueued(target.space(), {}, configs)
+        ostudy = self._optuna_study(spec, study)
+        for config in checked:
+            ostudy.enqueue_trial(config, user_attrs={"advisor_role": role, **(attrs or {})})
+        return (self._update_n_trials(study, study.n_trials + len(checked)) if extend_budget
+                else study)
 
     # setup -----------------------------------------------------------------------------------
 
@@ -413,6 +523,7 @@ class StudyDriver:
         try:
             while done < spec.n_trials:
                 rec = self._run_one(spec, study, target, space, ostudy, companions)
+                assert rec is not None  # no budget claim: always runs
                 done += 1
                 if (rec.feasible and rec.objective_value is not None
                         and (best is None or spec.objective.is_better(
@@ -430,7 +541,10 @@ class StudyDriver:
         return result
 
     def _run_one(self, spec: StudySpec, study: StudyRecord, target: Target, space: Any,
-                 ostudy: optuna.Study, companions: list[_Companion]) -> TrialRecord:
+                 ostudy: optuna.Study, companions: list[_Companion], budget: int | None = None
+                 ) -> TrialRecord | None:
+        """Ask, run, store and tell one trial. With ``budget`` the trial first claims a slot of
+        it in the store (shared studies); ``None`` when none is left."""
         otrial = ostudy.ask()
         config = suggest_config(otrial, space)
         hw = fingerprint()
@@ -439,13 +553,44 @@ class StudyDriver:
             details["role"] = role
         if (requeued := otrial.user_attrs.get("advisor_requeued_from")) is not None:
             details["requeued_from_trial"] = requeued
-        rec = self.store.start_trial(TrialRecord(
+        for key, value in otrial.user_attrs.items():  # e.g. where a warm start found the config
+            if key.startswith("advisor_") and key not in ("advisor_role", "advisor_requeued_from"):
+                details[key.removeprefix("advisor_")] = value
+        record = TrialRecord(
             study_id=study.id or 0, number=otrial.number, optuna_trial_id=otrial._trial_id,
             target=spec.target, config=config, config_hash=_config_hash(config),
             workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
             hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
             details=details,
-        ))
+        )
+        if budget is None:
+            rec = self.store.start_trial(record)
+        elif (claimed := self.store.claim_trial(record, budget)) is not None:
+            rec = claimed
+        else:
+            # Another worker took the last slot between our count and our claim: hand a queued
+            # config back to the queue so it is not lost, and close the asked trial.
+            ostudy.tell(otrial, state=TrialState.FAIL)
+            if role:
+                ostudy.enqueue_trial(dict(otrial.params), user_attrs=dict(otrial.user_attrs))
+            return None
+        try:
+            outcome = self._run_isolated(spec, rec, config, companions)
+        except KeyboardInterrupt:
+            ostudy.tell(otrial, state=TrialState.FAIL)
+            raise
+        outcome = _with_slo(target, outcome, spec.slo)
+        stored = self._record(spec, ostudy, otrial, rec, outcome, details)
+        co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
+        for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):
+            self._record_co_measured(companion, space, dict(otrial.params), config, hw,
+                                     _with_slo(target, co_outcome, spec.slo), co_details)
+        return stored
+
+    def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
+                      companions: Sequence[_Companion] = ()) -> TrialOutcome:
+        """Run the trial's child process, beating the store's heartbeat; an interrupt (Ctrl-C,
+        or SIGTERM turned into one) records the trial as interrupted and propagates."""
         last_beat = time.monotonic()
 
         def beat() -> None:
@@ -455,8 +600,8 @@ class StudyDriver:
                 last_beat = time.monotonic()
 
         try:
-            outcome = run_isolated(
-                spec.target, config, spec.workload, self.settings.cache_dir,
+            return run_isolated(
+                spec.target, dict(config), spec.workload, self.settings.cache_dir,
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
@@ -467,15 +612,7 @@ class StudyDriver:
                                   error_type="interrupted",
                                   error=f"stopped by {exc}" if str(exc)
                                   else "interrupted by the user")
-            ostudy.tell(otrial, state=TrialState.FAIL)
             raise
-        outcome = _with_slo(target, outcome, spec.slo)
-        stored = self._record(spec, ostudy, otrial, rec, outcome, details)
-        co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
-        for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):
-            self._record_co_measured(companion, space, dict(otrial.params), config, hw,
-                                     _with_slo(target, co_outcome, spec.slo), co_details)
-        return stored
 
     def _record_co_measured(self, companion: _Companion, space: Any, params: dict[str, Any],
                             config: dict[str, Any], hw: Mapping[str, Any],
@@ -497,6 +634,16 @@ class StudyDriver:
     def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
                 rec: TrialRecord, outcome: TrialOutcome, details: Mapping[str, Any]
                 ) -> TrialRecord:
+        stored = self._store_outcome(spec, rec, outcome, details)
+        if stored.status == TrialStatus.COMPLETE:
+            self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
+        else:
+            ostudy.tell(otrial, state=TrialState.FAIL)
+        return stored
+
+    def _store_outcome(self, spec: StudySpec, rec: TrialRecord, outcome: TrialOutcome,
+                       details: Mapping[str, Any]) -> TrialRecord:
+        """Write a trial's outcome to the store: measured with its SLO margins, or failed."""
         m = outcome.measurement
         if outcome.ok and m is not None:
             required = [spec.objective.metric, *spec.slo.metrics]
@@ -505,20 +652,44 @@ class StudyDriver:
                     "failed", error_type="missing_metric", duration_s=outcome.duration_s,
                     reason=f"the target did not report {', '.join(missing)}")
         if not outcome.ok or m is None:
-            stored = self.store.fail_trial(
+            return self.store.fail_trial(
                 rec.id or 0, error_type=outcome.error_type or "error", error=outcome.reason or "",
                 duration_s=outcome.duration_s)
-            ostudy.tell(otrial, state=TrialState.FAIL)
-            return stored
         margins = _margin_records(spec.slo, m.metrics)
-        feasible = all(mr.margin <= 0 for mr in margins)
-        value = float(m.metrics[spec.objective.metric])
-        stored = self.store.complete_trial(
+        return self.store.complete_trial(
             rec.id or 0, metrics=m.metrics, engine_versions=m.engine_versions,
-            details={**details, **m.details}, margins=margins, feasible=feasible,
-            objective_value=value, duration_s=outcome.duration_s)
-        self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
-        return stored
+            details={**details, **m.details}, margins=margins,
+            feasible=all(mr.margin <= 0 for mr in margins),
+            objective_value=float(m.metrics[spec.objective.metric]), duration_s=outcome.duration_s)
+
+    def execute(self, study_name: str, *, number: int, optuna_trial_id: int,
+                config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord:
+        """Run and store one trial that another process asked Optuna for (a Ray Tune trial):
+        claim its slot in the store, run it isolated with heartbeats, store the outcome. The
+        caller tells Optuna. A trial already stored under ``number`` is a retry of it: a finished
+        one is returned as it is, a running one (its previous worker died) is restarted."""
+        study = self.store.get_study(study_name)
+        if study is None:
+            raise StudyError(f"no study named {study_name!r}")
+        spec = self._spec_of(study, None)
+        target = self._check_target(spec)
+        self._prepare(target, spec.workload)
+        existing = self.store.trial_by_number(study.id or 0, number)
+        if existing is not None and existing.status != TrialStatus.RUNNING:
+            return existing
+        if existing is not None:
+            rec = self.store.restart_trial(existing.id or 0)
+        else:
+            hw = fingerprint()
+            rec = self.store.start_trial(TrialRecord(
+                study_id=study.id or 0, number=number, optuna_trial_id=optuna_trial_id,
+                target=spec.target, config=dict(config), config_hash=_config_hash(config),
+                workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
+                hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
+                details=dict(details)))
+        outcome = self._run_isolated(spec, rec, config)
+        return self._store_outcome(spec, rec, _with_slo(target, outcome, spec.slo),
+                                   rec.details)
 
     @staticmethod
     def _tell_complete(ostudy: optuna.Study, trial_id: int, number: int, rec: TrialRecord,

@@ -15,7 +15,8 @@ from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 __all__ = ["ImportRecord", "JobRecord", "JobStatus", "SLOMarginRecord", "StudyRecord",
-           "StudyStatus", "TrialRecord", "TrialStatus", "utcnow"]
+           "StudyStatus", "SweepRunRecord", "SweepRunStatus", "TrialRecord", "TrialStatus",
+           "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -125,6 +126,36 @@ class TrialRecord(SQLModel, table=True):
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     duration_s: float | None = None
+
+
+class SweepRunStatus:
+    """Sweep run states. A run left ``running`` by a killed sweep is resumed by the next
+    ``advisor sweep run`` of the same sweep file."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABANDONED = "abandoned"
+
+
+class SweepRunRecord(SQLModel, table=True):
+    """One run of a sweep file (e.g. one night): the expanded matrix, and its summary when done.
+
+    The cells' studies name their run in ``data_provenance["sweep_run"]``; the drift report
+    compares a run with the previous finished run of the same sweep.
+    """
+
+    __tablename__ = "advisor_sweep_run"
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep: str = Field(index=True, max_length=100)
+    name: str = Field(index=True, unique=True, max_length=150)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    spec_hash: str = Field(max_length=32)
+    backend: str = Field(max_length=16)
+    status: str = Field(default=SweepRunStatus.RUNNING, index=True, max_length=16)
+    summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class SLOMarginRecord(SQLModel, table=True):

@@ -16,13 +16,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, func
+from sqlalchemy import event, func, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
 
 from advisor.errors import StoreError
-from knowledge.models import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, utcnow
+from knowledge.models import (
+    SLOMarginRecord,
+    StudyRecord,
+    SweepRunRecord,
+    SweepRunStatus,
+    TrialRecord,
+    TrialStatus,
+    utcnow,
+)
 
 __all__ = ["TrialFilter", "TrialStore", "make_engine"]
 
@@ -149,6 +157,50 @@ class TrialStore:
             s.refresh(trial)
             return trial
 
+    def claim_trial(self, trial: TrialRecord, budget: int) -> TrialRecord | None:
+        """Insert ``trial`` as running only while its study has fewer than ``budget`` trials
+        complete, failed or running; ``None`` when the budget is taken.
+
+        Several workers share one study: the study row is updated first in the same transaction,
+        which takes its write lock (a row lock on PostgreSQL, the database lock on SQLite), so
+        two workers cannot both see the last free slot.
+        """
+        trial.status = TrialStatus.RUNNING
+        trial.host = trial.host or socket.gethostname()
+        trial.pid = trial.pid if trial.pid is not None else os.getpid()
+        with self.session() as s:
+            s.exec(update(StudyRecord).where(col(StudyRecord.id) == trial.study_id)
+                   .values(updated_at=utcnow()))
+            taken = s.exec(select(func.count()).select_from(TrialRecord).where(
+                TrialRecord.study_id == trial.study_id,
+                col(TrialRecord.status).in_([*TrialStatus.FINISHED, TrialStatus.RUNNING]))).one()
+            if int(taken) >= budget:
+                s.rollback()
+                return None
+            s.add(trial)
+            s.commit()
+            s.refresh(trial)
+            return trial
+
+    def restart_trial(self, trial_id: int) -> TrialRecord:
+        """Mark a running trial as started again by this process (a Ray trial retried after its
+        worker died): new host, pid and heartbeat, and ``details["attempts"]`` counts up."""
+        with self.session() as s:
+            trial = self._get_running(s, trial_id)
+            trial.host, trial.pid = socket.gethostname(), os.getpid()
+            trial.started_at = trial.heartbeat_at = utcnow()
+            trial.details = {**trial.details,
+                             "attempts": int(trial.details.get("attempts", 1)) + 1}
+            s.add(trial)
+            s.commit()
+            s.refresh(trial)
+            return trial
+
+    def trial_by_number(self, study_id: int, number: int) -> TrialRecord | None:
+        with self.session() as s:
+            return s.exec(select(TrialRecord).where(TrialRecord.study_id == study_id,
+                                                    TrialRecord.number == number)).first()
+
     def heartbeat(self, trial_id: int) -> None:
         with self.session() as s:
             trial = s.get(TrialRecord, trial_id)
@@ -253,6 +305,41 @@ class TrialStore:
                 TrialRecord.study_id == study_id, TrialRecord.status == TrialStatus.RUNNING,
                 col(TrialRecord.heartbeat_at) < older_than)
             return list(s.exec(q))
+
+    # sweep runs ----------------------------------------------------------------------------
+
+    def create_sweep_run(self, run: SweepRunRecord) -> SweepRunRecord:
+        with self.session() as s:
+            if s.exec(select(SweepRunRecord).where(SweepRunRecord.name == run.name)).first():
+                raise StoreError(f"a sweep run named {run.name!r} already exists")
+            s.add(run)
+            s.commit()
+            s.refresh(run)
+            return run
+
+    def get_sweep_run(self, name: str) -> SweepRunRecord | None:
+        with self.session() as s:
+            return s.exec(select(SweepRunRecord).where(SweepRunRecord.name == name)).first()
+
+    def sweep_runs(self, sweep: str | None = None) -> list[SweepRunRecord]:
+        """Runs of ``sweep`` (every sweep when ``None``), oldest first."""
+        with self.session() as s:
+            q = select(SweepRunRecord).order_by(col(SweepRunRecord.id))
+            if sweep is not None:
+                q = q.where(SweepRunRecord.sweep == sweep)
+            return list(s.exec(q))
+
+    def finish_sweep_run(self, run_id: int, summary: Mapping[str, Any],
+                         status: str = SweepRunStatus.FINISHED) -> SweepRunRecord:
+        with self.session() as s:
+            run = s.get(SweepRunRecord, run_id)
+            if run is None:
+                raise StoreError(f"no sweep run with id {run_id}")
+            run.status, run.summary, run.finished_at = status, dict(summary), utcnow()
+            s.add(run)
+            s.commit()
+            s.refresh(run)
+            return run
 
 
 def _filtered(q: Any, flt: TrialFilter) -> Any:
