@@ -44,6 +44,16 @@ _LLM_TIERS = (
     Tier("throughput", "tpot_p95_ms<=100", "maximize:output_tokens_per_s",
          "batch / offline: the most output tokens per second, streams may be slow"),
 )
+_RAG_TIERS = (
+    Tier("interactive", "ttft_p95_ms<=500,e2e_p95_ms<=2000,recall_at_5>=0.9",
+         "maximize:goodput_requests_per_s",
+         "RAG answers that start within 0.5 s and finish within 2 s of the query, recall@5 >= 0.9"),
+    Tier("standard", "ttft_p95_ms<=2000,e2e_p95_ms<=10000,recall_at_5>=0.9",
+         "maximize:goodput_requests_per_s",
+         "RAG with some queueing: first token within 2 s, answer within 10 s, recall@5 >= 0.9"),
+    Tier("throughput", "recall_at_5>=0.8", "maximize:output_tokens_per_s",
+         "batch RAG: the most answer tokens per second at recall@5 >= 0.8"),
+)
 _VECTOR_TIERS = (
         Tier("interactive", "recall_at_10>=0.95", "minimize:p95_latency_ms",
              "online retrieval: lowest single-query p95 at recall@10 >= 0.95"),
@@ -54,7 +64,8 @@ _VECTOR_TIERS = (
 )
 #: Tier families: the first whose metrics a target reports is its tiers (LLM serving targets get
 #: the LLM tiers, vector search the vector-search tiers).
-TIERS: dict[str, tuple[Tier, ...]] = {"vector-search": _VECTOR_TIERS, "llm-serving": _LLM_TIERS}
+TIERS: dict[str, tuple[Tier, ...]] = {"rag": _RAG_TIERS, "vector-search": _VECTOR_TIERS,
+                                      "llm-serving": _LLM_TIERS}
 
 
 def tiers_for(target: str) -> tuple[Tier, ...]:
@@ -83,6 +94,17 @@ class CheatSheetRow:
     recommendation: ModelRecommendation
     importance: dict[str, float]
     evidence_count: int
+    #: Mean ms per pipeline stage (RAG) at the recommended config, and whether predicted or, with
+    #: no recommendation, measured over the workload's trials; empty for single-stage targets.
+    stage_budget_ms: dict[str, float] = field(default_factory=dict)
+    stage_budget_source: str = ""
+
+    @property
+    def dominant_stage(self) -> str | None:
+        """The stage that takes the largest share of the latency budget."""
+        if not self.stage_budget_ms:
+            return None
+        return max(self.stage_budget_ms, key=lambda s: self.stage_budget_ms[s])
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation
@@ -98,6 +120,9 @@ class CheatSheetRow:
             "evidence_count": self.evidence_count,
             "evidence_trial_ids": [e.trial_id for e in rec.evidence],
             "tune_command": rec.tune_command,
+            "stage_budget_ms": self.stage_budget_ms,
+            "stage_budget_source": self.stage_budget_source,
+            "dominant_stage": self.dominant_stage,
         }
 
 
@@ -188,6 +213,24 @@ def _importance(ctx: ContextModels, config: Mapping[str, Any] | None,
             for k, v in sorted(spreads.items(), key=lambda kv: -kv[1])}
 
 
+def _stage_budget(ctx: ContextModels, config: Mapping[str, Any] | None, w: WorkloadPoint
+                  ) -> tuple[dict[str, float], str]:
+    """Mean ms per pipeline stage: predicted at ``config``, else measured at ``w``'s trials."""
+    from objectives.rag.pipeline import STAGES
+
+    metrics = [f"{s}_mean_ms" for s in STAGES if f"{s}_mean_ms" in ctx.metrics]
+    if not metrics:
+        return {}, ""
+    if config is not None:
+        predicted = ctx.predict([dict(config)], w.features, metrics)
+        return ({m.removesuffix("_mean_ms"): float(predicted[m][0][0]) for m in metrics},
+                "predicted")
+    idx = [i for i, h in enumerate(ctx.trial_workload) if h == w.spec_hash]
+    measured = {m: [ctx.measured[i][m] for i in idx if m in ctx.measured[i]] for m in metrics}
+    return ({m.removesuffix("_mean_ms"): float(np.mean(v)) for m, v in measured.items() if v},
+            "measured (mean of the workload's trials)")
+
+
 def _pareto(ctx: ContextModels, w: WorkloadPoint, objective: str, latency: str
             ) -> dict[str, Any]:
     idx = [i for i, h in enumerate(ctx.trial_workload) if h == w.spec_hash
@@ -236,12 +279,14 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
                     hardware=key.hardware_key, model=key.model, workload=dict(w.features)),
                     models=models)
                 obj_metric = t.objective.split(":", 1)[1]
+                budget, source = _stage_budget(ctx, rec.config, w)
                 rows.append(CheatSheetRow(
                     target=key.target, hardware_key=key.hardware_key, model=key.model,
                     engine_version=key.engine_version, workload_class=name,
                     workload=dict(w.features), tier=t, recommendation=rec,
                     importance=_importance(ctx, rec.config, w.features, obj_metric),
-                    evidence_count=sum(1 for h in ctx.trial_workload if h == w.spec_hash)))
+                    evidence_count=sum(1 for h in ctx.trial_workload if h == w.spec_hash),
+                    stage_budget_ms=budget, stage_budget_source=source))
         if not pareto:
             continue
         quality = {m: mm.score.to_dict() for m, mm in ctx.metrics.items()

@@ -40,6 +40,16 @@ def _predicted_text(predicted: Mapping[str, Mapping[str, float]]) -> str:
                      for m, p in predicted.items())
 
 
+def _stage_text(row: Mapping[str, Any]) -> str:
+    """'dominant stage: decode 71% (predicted)' for pipeline targets, '' otherwise."""
+    budget, stage = row.get("stage_budget_ms") or {}, row.get("dominant_stage")
+    total = sum(budget.values())
+    if not stage or total <= 0:
+        return ""
+    shares = ", ".join(f"{s} {v / total:.0%}" for s, v in budget.items())
+    return f"dominant stage: {stage} ({shares}; {row.get('stage_budget_source', '')})"
+
+
 def _importance_text(imp: Mapping[str, float], top: int = 3) -> str:
     return ", ".join(f"{k} {v:.0%}" for k, v in list(imp.items())[:top]) or "-"
 
@@ -71,7 +81,8 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
             knobs = _config_text(r["config"]) if r["config"] else f"*{r['status']}*"
             lines.append(
                 f"| {r['workload_class']} | {r['tier']} | `{r['slo']}` {r['objective']} | "
-                f"{knobs} | {_predicted_text(r['predicted']) or '-'} | "
+                f"{knobs} | {_predicted_text(r['predicted']) or '-'}"
+                f"{'; ' + _stage_text(r) if _stage_text(r) else ''} | "
                 f"{_importance_text(r['knob_importance'])} | {r['confidence']} | "
                 f"{r['evidence_count']} trials |")
         lines += ["", "Rules of thumb (fitted to measured trials):", ""]
@@ -196,7 +207,8 @@ def render_html(sheet: Mapping[str, Any]) -> str:
             parts.append(
                 f"<tr><td>{e(r['workload_class'])}</td><td>{e(r['tier'])}</td>"
                 f"<td><code>{e(r['slo'])}</code><br>{e(r['objective'])}</td><td>{knobs}</td>"
-                f"<td>{e(_predicted_text(r['predicted']) or '-')}</td>"
+                f"<td>{e(_predicted_text(r['predicted']) or '-')}"
+                f"{'<br>' + e(_stage_text(r)) if _stage_text(r) else ''}</td>"
                 f"<td>{e(_importance_text(r['knob_importance']))}</td>"
                 f"<td title='{e(r['confidence_reason'])}'>{e(r['confidence'])}</td>"
                 f"<td>{r['evidence_count']} trials</td><td>{launch}</td></tr>")

@@ -25,9 +25,11 @@ serial pipeline. A prefix not yet submitted when retrieval finishes is skipped.
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,10 +37,22 @@ import numpy as np
 
 from advisor.errors import EngineStartError
 from objectives.llm.metrics import _family
-from objectives.llm.requests import RequestRecord
+from objectives.llm.requests import RequestRecord, RequestSpec
 
-__all__ = ["STAGES", "Engine", "EngineOutput", "PipelineConfig", "Query", "RagRecord",
-           "Retrieval", "drive", "stage_metrics", "stage_times"]
+__all__ = [
+    "STAGES",
+    "EndpointEngine",
+    "Engine",
+    "EngineOutput",
+    "ManagerEngine",
+    "PipelineConfig",
+    "Query",
+    "RagRecord",
+    "Retrieval",
+    "drive",
+    "stage_metrics",
+    "stage_times",
+]
 
 STAGES: tuple[str, ...] = ("embed", "retrieve", "prefill", "decode")
 #: A request in flight that sees no output for this long fails the run's remaining requests.
@@ -54,6 +68,10 @@ class EngineOutput:
     tokens: int
     finished: bool
     error: str | None = None
+    #: An engine that times the stream itself (an HTTP client) reports its chunk and end times
+    #: (``time.perf_counter``) with the finished output instead of one output per chunk.
+    chunk_times: tuple[float, ...] | None = None
+    end_time: float | None = None
 
 
 class Engine(Protocol):
@@ -222,7 +240,7 @@ def drive(engine: Engine, queries: Sequence[Query], retrieval: Retrieval, config
     for thread in threads:
         thread.start()
     try:
-        _collect(engine, queries, records, tag, now, stop, errors, cutoff_s)
+        _collect(engine, queries, records, tag, now, t0, stop, errors, cutoff_s)
     finally:
         stop.set()
         for thread in threads:
@@ -233,8 +251,8 @@ def drive(engine: Engine, queries: Sequence[Query], retrieval: Retrieval, config
 
 
 def _collect(engine: Engine, queries: Sequence[Query], records: list[RagRecord], tag: str,
-             now: Callable[[], float], stop: threading.Event, errors: list[BaseException],
-             cutoff_s: float | None) -> None:
+             now: Callable[[], float], t0: float, stop: threading.Event,
+             errors: list[BaseException], cutoff_s: float | None) -> None:
     """Consume the engine's outputs into ``records`` until every request ended or was cut."""
     position = {f"{tag}-{q.index}": k for k, q in enumerate(queries)}
     seen = [0] * len(queries)
@@ -273,7 +291,10 @@ def _collect(engine: Engine, queries: Sequence[Query], records: list[RagRecord],
         if k is None:
             continue
         llm = records[k].llm
-        if out.tokens > seen[k]:
+        if out.chunk_times is not None and out.end_time is not None:
+            llm.chunk_times_s = [c - t0 for c in out.chunk_times]
+            llm.output_tokens, t = out.tokens, out.end_time - t0
+        elif out.tokens > seen[k]:
             llm.chunk_times_s.append(t)
             seen[k] = llm.output_tokens = out.tokens
         if out.finished:
@@ -313,3 +334,59 @@ def check_started(records: Sequence[RagRecord], what: str) -> None:
     if records and not any(r.llm.ok for r in records):
         raise EngineStartError(f"every {what} request failed; first error: "
                                f"{records[0].llm.error}")
+
+
+class EndpointEngine:
+    """:class:`Engine` over an OpenAI-compatible endpoint (vLLM, TensorRT-LLM, any server): each
+    request is one streamed completion, timed chunk by chunk by the client every serving target
+    shares (:func:`objectives.llm.client.stream_request`), on an event loop of its own thread."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
+                 extra_body: Mapping[str, object] | None = None, timeout_s: float = 600.0
+                 ) -> None:
+        import httpx
+
+        self.base_url, self.model, self.api_key = base_url, model, api_key
+        self.extra_body, self.timeout_s = dict(extra_body or {}), timeout_s
+        self.out: queue.Queue[EngineOutput] = queue.Queue()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rag-endpoint",
+                                       daemon=True)
+        self.thread.start()
+        self.client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None))
+
+    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
+               *, stream: bool) -> bool:
+        spec = RequestSpec(index=0, arrival_s=0.0, prompt_token_ids=tuple(prompt_ids),
+                           output_len=max_new_tokens)
+        asyncio.run_coroutine_threadsafe(self._one(request_id, spec), self.loop)
+        return True
+
+    async def _one(self, request_id: str, spec: RequestSpec) -> None:
+        from objectives.llm.client import stream_request
+
+        try:
+            rec = await stream_request(self.client, self.base_url, self.model, spec,
+                                       scheduled_s=0.0, clock=time.perf_counter,
+                                       api_key=self.api_key, extra_body=self.extra_body,
+                                       timeout_s=self.timeout_s)
+        except BaseException as exc:  # a bug must still end the request, not hang the run
+            self.out.put(EngineOutput(request_id, 0, True, f"{type(exc).__name__}: {exc}"))
+            raise
+        self.out.put(EngineOutput(request_id, rec.output_tokens, True, rec.error,
+                                  tuple(rec.chunk_times_s), rec.end_s))
+
+    def poll(self, timeout_s: float) -> EngineOutput | None:
+        try:
+            return self.out.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def close(self) -> None:
+        """Close the client and stop the loop (requests still in flight are cancelled)."""
+        asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
