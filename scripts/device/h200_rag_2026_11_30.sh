@@ -3,7 +3,8 @@
 # workload, then a TPE search under one end-to-end SLO. Run from the repository root with the
 # device tool, carrying .rag-device (Python 3.12 wheels: faiss-cpu, optuna, sqlmodel, pydantic, ...; and
 # minilm-fp16.tar.gz, the shipped all-MiniLM-L6-v2 with its weights rounded to fp16 and the
-# token-embedding rows no stdlib passage uses zeroed, to fit the 64 MiB transfer):
+# token-embedding rows no stdlib passage uses zeroed, to fit the 64 MiB transfer; built by
+# scripts/device/pack_minilm_fp16.py):
 #
 #   bash scripts/device/h200_rag_2026_11_30.sh > $OUT/log.txt 2>&1 < /dev/null
 #
