@@ -47,6 +47,7 @@ __all__ = [
     "ManagerEngine",
     "PipelineConfig",
     "Query",
+    "QueuedOutputs",
     "RagRecord",
     "Retrieval",
     "drive",
@@ -336,7 +337,20 @@ def check_started(records: Sequence[RagRecord], what: str) -> None:
                                f"{records[0].llm.error}")
 
 
-class EndpointEngine:
+class QueuedOutputs:
+    """``poll`` over a queue that an engine's own threads put :class:`EngineOutput` into."""
+
+    def __init__(self) -> None:
+        self.out: queue.Queue[EngineOutput] = queue.Queue()
+
+    def poll(self, timeout_s: float) -> EngineOutput | None:
+        try:
+            return self.out.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+
+class EndpointEngine(QueuedOutputs):
     """:class:`Engine` over an OpenAI-compatible endpoint (vLLM, TensorRT-LLM, any server): each
     request is one streamed completion, timed chunk by chunk by the client every serving target
     shares (:func:`objectives.llm.client.stream_request`), on an event loop of its own thread."""
@@ -346,9 +360,9 @@ class EndpointEngine:
                  ) -> None:
         import httpx
 
+        super().__init__()
         self.base_url, self.model, self.api_key = base_url, model, api_key
         self.extra_body, self.timeout_s = dict(extra_body or {}), timeout_s
-        self.out: queue.Queue[EngineOutput] = queue.Queue()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="rag-endpoint",
                                        daemon=True)
@@ -375,12 +389,6 @@ class EndpointEngine:
             raise
         self.out.put(EngineOutput(request_id, rec.output_tokens, True, rec.error,
                                   tuple(rec.chunk_times_s), rec.end_s))
-
-    def poll(self, timeout_s: float) -> EngineOutput | None:
-        try:
-            return self.out.get(timeout=timeout_s)
-        except queue.Empty:
-            return None
 
     def alive(self) -> bool:
         return self.thread.is_alive()

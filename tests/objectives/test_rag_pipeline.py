@@ -4,7 +4,6 @@ only what has arrived, and a dead engine fails the requests it strands."""
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -17,19 +16,20 @@ from objectives.rag.pipeline import (
     EngineOutput,
     PipelineConfig,
     Query,
+    QueuedOutputs,
     drive,
     stage_metrics,
     stage_times,
 )
 
 
-class FakeEngine:
+class FakeEngine(QueuedOutputs):
     """Streams ``output_len`` tokens per request, ``step_s`` apart, after ``prefill_s``; records
     every submission with its time."""
 
     def __init__(self, prefill_s: float = 0.01, step_s: float = 0.002, dead: bool = False) -> None:
+        super().__init__()
         self.prefill_s, self.step_s, self.dead = prefill_s, step_s, dead
-        self.out: queue.Queue[EngineOutput] = queue.Queue()
         self.submitted: list[tuple[str, float, int]] = []
         self.lock = threading.Lock()
 
@@ -49,12 +49,6 @@ class FakeEngine:
 
         threading.Thread(target=produce, daemon=True).start()
         return True
-
-    def poll(self, timeout_s: float) -> EngineOutput | None:
-        try:
-            return self.out.get(timeout=timeout_s)
-        except queue.Empty:
-            return None
 
     def alive(self) -> bool:
         return not self.dead
