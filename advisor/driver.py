@@ -30,7 +30,7 @@ import optuna
 from optuna.trial import TrialState
 
 from advisor import __version__
-from advisor.errors import SearchSpaceError, StudyError
+from advisor.errors import AdvisorError, SearchSpaceError, StudyError
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.sampling import suggest_config
@@ -386,8 +386,10 @@ class StudyDriver:
             raise StudyError(f"no study named {name!r}")
         spec = self._spec_of(study, None)
         target = self._check_target(spec)
-        checked = complete_enqueued(target.space(), {}, configs)
         ostudy = self._optuna_study(spec, study)
+        # A config that contradicts the study's fixed knobs is refused, never run half-fixed.
+        checked = complete_enqueued(target.space(), ostudy.user_attrs.get(_FIXED_ATTR, {}),
+                                    configs)
         for config in checked:
             ostudy.enqueue_trial(config, user_attrs={"advisor_role": role, **(attrs or {})})
         return (self._update_n_trials(study, study.n_trials + len(checked)) if extend_budget
@@ -672,8 +674,6 @@ class StudyDriver:
         if study is None:
             raise StudyError(f"no study named {study_name!r}")
         spec = self._spec_of(study, None)
-        target = self._check_target(spec)
-        self._prepare(target, spec.workload)
         existing = self.store.trial_by_number(study.id or 0, number)
         if existing is not None and existing.status != TrialStatus.RUNNING:
             return existing
@@ -687,6 +687,12 @@ class StudyDriver:
                 workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
                 hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
                 details=dict(details)))
+        try:  # on a worker machine the target may be missing: a failed trial, with its reason
+            target = self._check_target(spec)
+            self._prepare(target, spec.workload)
+        except AdvisorError as exc:
+            return self.store.fail_trial(rec.id or 0, error_type="worker_setup",
+                                         error=f"{type(exc).__name__}: {exc}")
         outcome = self._run_isolated(spec, rec, config)
         return self._store_outcome(spec, rec, _with_slo(target, outcome, spec.slo),
                                    rec.details)

@@ -49,7 +49,8 @@ def plan_cmd(
     """Print the cells a sweep file would run and their estimated cost; runs nothing."""
     spec = _override(load_sweep(file), backend, workers, None)
     settings = _settings()
-    runner = SweepRunner(_store(settings), settings, spec, backend=_NoBackend(),
+    store = _store(settings)
+    runner = SweepRunner(store, settings, spec, backend=_backend(spec, store, settings),
                          reporter=_Reporter(quiet=True))
     plans = runner.plan(spec.workers)
     total_s = sum(p.est_cell_s for p in plans)
@@ -75,7 +76,7 @@ def plan_cmd(
         table.add_row(p.cell.key, str(p.cell.slo), str(p.cell.objective), str(p.trials),
                       f"{p.est_trial_s:.0f} s", _duration(p.est_cell_s), p.estimate_basis)
     out.print(table)
-    out.print(f"{total_trials} trials (budget + up to {2 * spec.repeats} repeats per cell); "
+    out.print(f"{total_trials} trials (budgets + repeats of the best and the previous best); "
               f"estimated {_duration(total_s)} in all (an estimate, not a measurement)")
 
 
@@ -155,7 +156,8 @@ def _backend(spec: SweepSpec, store: Any, settings: Any) -> StudyBackend:
     if spec.backend == "ray":
         from advisor.sweeps.ray_backend import RayBackend
 
-        return RayBackend(store, settings, concurrency=spec.workers, options=spec.ray)
+        return RayBackend(store, settings, concurrency=spec.workers, options=spec.ray,
+                          max_consecutive_failures=spec.max_consecutive_failures)
     return LocalBackend(store, settings, workers=spec.workers,
                         max_consecutive_failures=spec.max_consecutive_failures)
 
@@ -250,18 +252,11 @@ def report_cmd(
         if not found.summary:
             raise AdvisorError(f"sweep run {run!r} has not finished ({found.status})")
         record = found
-    if as_json:
-        out.print(json.dumps(record.summary, indent=1, default=str))
+    if as_json:  # print_json: no wrapping or markup, so the output is always valid JSON
+        out.print_json(json.dumps(record.summary, default=str))
     else:
         _print_summary(record.summary)
     raise typer.Exit(int(record.summary.get("exit_code", 0)))
-
-
-class _NoBackend:
-    name = "none"
-
-    def run_study(self, study_name: str, on_trial: Any = None) -> None:
-        raise AssertionError("planning runs no study")
 
 
 class _Reporter:

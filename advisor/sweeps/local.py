@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from advisor.settings import Settings
 from knowledge import TrialRecord, TrialStatus, TrialStore
+from objectives.hardware import fingerprint, hardware_key_for
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = ["LocalBackend", "WorkerExit"]
@@ -64,6 +65,7 @@ class LocalBackend:
                "ADVISOR_IMPORT_SHIPPED": "false"}
         if self.settings.trial_memory_limit_mb is not None:
             env["ADVISOR_TRIAL_MEMORY_LIMIT_MB"] = str(self.settings.trial_memory_limit_mb)
+        gpus = _gpu_share(n)
         procs: list[tuple[int, subprocess.Popen[bytes]]] = []
         seen = {t.id for t in self.store.trials_of_study(study.id or 0)
                 if t.status != TrialStatus.RUNNING}
@@ -74,9 +76,12 @@ class LocalBackend:
                            "--worker", str(worker), "--max-consecutive-failures",
                            str(self.max_consecutive_failures)]
                     # A file, not a pipe: a chatty worker must never block on a full pipe.
+                    worker_env = dict(env)
+                    if gpus:
+                        worker_env["CUDA_VISIBLE_DEVICES"] = gpus[worker]
                     with open(os.path.join(logs, f"worker-{worker}.log"), "wb") as log_file:
                         procs.append((worker, subprocess.Popen(
-                            cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+                            cmd, env=worker_env, stdout=subprocess.DEVNULL, stderr=log_file,
                             preexec_fn=die_with_parent, start_new_session=True)))
                 while any(p.poll() is None for _, p in procs):
                     time.sleep(self.poll_interval_s)
@@ -89,6 +94,14 @@ class LocalBackend:
             return [WorkerExit(w, p.returncode if p.returncode is not None else -1,
                                _tail(os.path.join(logs, f"worker-{w}.log")))
                     for w, p in procs]
+
+    def trial_hardware_key(self) -> str:
+        """The hardware one trial runs on: one GPU when the workers split the GPUs."""
+        fp = fingerprint()
+        gpus = list(fp["gpus"])
+        if gpus and _gpu_share(self.workers):
+            gpus = gpus[:1]
+        return hardware_key_for(gpus, str(fp["cpu_model"]), int(fp["cpu_count"]))
 
     def _report_new(self, study_id: int, seen: set[int | None],
                     on_trial: Callable[[TrialRecord], None] | None) -> set[int | None]:
@@ -103,3 +116,15 @@ class LocalBackend:
 def _tail(path: str, chars: int = 2000) -> str:
     with open(path, "rb") as f:
         return f.read().decode(errors="replace")[-chars:]
+
+
+def _gpu_share(workers: int) -> list[str]:
+    """One visible GPU per worker (``CUDA_VISIBLE_DEVICES``) when there are at least as many
+    GPUs as workers and more than one worker, so parallel trials never share a GPU; else none
+    (the workers inherit the environment as it is)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = ([v for v in visible.split(",") if v.strip()] if visible is not None
+           else [str(g["index"]) for g in fingerprint()["gpus"]])
+    if workers < 2 or len(ids) < workers:
+        return []
+    return ids[:workers]

@@ -16,8 +16,10 @@ resumes its cell with ``Tuner.restore`` from the experiment directory.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,12 +28,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from advisor.driver import StudyDriver
+from advisor.driver import StudyDriver, failure_streak
 from advisor.errors import StudyError
 from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from advisor.sweeps.spec import RayOptions
 from knowledge import TrialRecord, TrialStatus, TrialStore
+from objectives.hardware import fingerprint, hardware_key_for
 from objectives.registry import get_target
 
 __all__ = ["ConstrainedOptunaSearch", "RayBackend", "advisor_trainable"]
@@ -48,6 +51,9 @@ from ray import tune  # noqa: E402  (after the environment above)
 from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 _METRIC = "objective"
+#: Experiments one cell may take to fill its budget (a restored one, then ones for the slots its
+#: interrupted trials left open).
+_MAX_EXPERIMENTS = 4
 
 
 class _Space:
@@ -78,9 +84,11 @@ class ConstrainedOptunaSearch(OptunaSearch):
             return None
         ot = self._ot_trials[trial_id]
         details: dict[str, Any] = {"ray_trial_id": trial_id}
-        for key, value in ot.user_attrs.items():
+        for key, value in ot.user_attrs.items():  # as StudyDriver._run_one names them
             if key == "advisor_role":
                 details["role"] = value
+            elif key == "advisor_requeued_from":
+                details["requeued_from_trial"] = value
             elif key.startswith("advisor_"):
                 details[key.removeprefix("advisor_")] = value
         return {"knobs": params, "advisor": {
@@ -96,12 +104,17 @@ class ConstrainedOptunaSearch(OptunaSearch):
             return
         ot, study = self._ot_trials[trial_id], self._study()
         value = (result or {}).get(_METRIC)
-        if result and result.get("status") == TrialStatus.COMPLETE and value is not None:
-            for name, margin in (result.get("margins") or {}).items():
-                ot.set_constraint(name, float(margin))
-            study.tell(ot, float(value))
-        else:
-            study.tell(ot, state=TrialState.FAIL)
+        try:
+            if result and result.get("status") == TrialStatus.COMPLETE and value is not None:
+                for name, margin in (result.get("margins") or {}).items():
+                    ot.set_constraint(name, float(margin))
+                study.tell(ot, float(value))
+            else:
+                study.tell(ot, state=TrialState.FAIL)
+        except (ValueError, RuntimeError) as exc:
+            # Already told: a sweep's recovery failed this trial after a kill, before Tune
+            # restored it.
+            log.info("trial %s was already finished in Optuna: %s", ot.number, exc)
             if error:
                 self._fail_stored(ot.number, "the Ray trial errored (its worker died or could "
                                              "not start it) after the retries FailureConfig "
@@ -142,6 +155,9 @@ class ConstrainedOptunaSearch(OptunaSearch):
         self.__dict__.update(state)
         self._ot_trials = {tid: optuna.trial.Trial(self._study(), otid)
                            for tid, otid in state["_ot_trials"].items()}
+        # Tuner.restore unpickles the sampler as it was saved: a fresh random state keeps it
+        # from proposing the configs it proposed before the kill all over again.
+        self._study().sampler.reseed_rng()
 
     def _study(self) -> optuna.Study:
         assert self._ot_study is not None, "the study is set up in __init__"
@@ -169,14 +185,38 @@ def _result(store: TrialStore, rec: TrialRecord) -> dict[str, Any]:
             "trial_id": rec.id, "error": rec.error}
 
 
+class _StopWhenFailing(tune.Stopper):
+    """Stops the experiment once the study's last ``limit`` finished trials all failed (a cell
+    that keeps failing is reported, not run to the end of its budget)."""
+
+    def __init__(self, db_url: str, study_id: int, limit: int | None) -> None:
+        self.db_url, self.study_id, self.limit = db_url, study_id, limit
+        self._store: TrialStore | None = None
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        if self.limit is None:
+            return False
+        if self._store is None:
+            self._store = TrialStore(self.db_url)
+        return failure_streak(self._store, self.study_id) >= self.limit
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None}
+
+
 class RayBackend:
     """Runs a study's remaining budget as a Ray Tune experiment."""
 
     name = "ray"
 
     def __init__(self, store: TrialStore, settings: Settings, *, concurrency: int,
-                 options: RayOptions, storage_dir: Path | None = None) -> None:
+                 options: RayOptions, max_consecutive_failures: int | None = None,
+                 storage_dir: Path | None = None) -> None:
         self.store, self.settings = store, settings
+        self.max_consecutive_failures = max_consecutive_failures
         self.concurrency, self.options = concurrency, options
         self.storage_dir = storage_dir or settings.cache_dir / "ray-tune"
         self._started = False
@@ -186,9 +226,29 @@ class RayBackend:
 
         if ray.is_initialized():
             return
+        # ray.init installs its own SIGTERM handler; keep ours, which stops the sweep cleanly
+        # (trials recorded as interrupted) instead of dying with a native stack dump.
+        previous = (signal.getsignal(signal.SIGTERM)
+                    if threading.current_thread() is threading.main_thread() else None)
+        # Ray workers do not inherit this process's environment: the advisor's settings and
+        # plugin targets (ADVISOR_*) travel in the job's runtime environment.
+        # Plugin targets must import there too: this checkout goes first on their path (on a
+        # single machine that is enough; on other nodes they must be installed).
+        env = {k: v for k, v in os.environ.items() if k.startswith("ADVISOR_")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(),
+                                                        os.environ.get("PYTHONPATH")) if p)
         ray.init(address=self.options.address, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING)
+                 logging_level=logging.WARNING, runtime_env={"env_vars": env})
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         self._started = True
+
+    def trial_hardware_key(self) -> str:
+        """The hardware one trial runs on: ``gpus_per_trial`` GPUs of this machine's kind (Ray
+        narrows ``CUDA_VISIBLE_DEVICES`` to them), or the CPU when it asks for none."""
+        fp = fingerprint()
+        gpus = list(fp["gpus"])[:max(0, math.ceil(self.options.gpus_per_trial))]
+        return hardware_key_for(gpus, str(fp["cpu_model"]), int(fp["cpu_count"]))
 
     def close(self) -> None:
         import ray
@@ -198,46 +258,72 @@ class RayBackend:
 
     def run_study(self, study_name: str,
                   on_trial: Callable[[TrialRecord], None] | None = None) -> None:
+        """Run the study's remaining budget as Tune experiments: an unfinished experiment of a
+        killed sweep is resumed with ``Tuner.restore``; trials the recovery failed as interrupted
+        left slots open, which a further experiment fills."""
         self._init()
-        driver = StudyDriver(self.store, self.settings)
-        spec, study, ostudy = driver.shared_study(study_name)
-        taken = self.store.count_trials(study.id or 0, [*TrialStatus.FINISHED,
-                                                        TrialStatus.RUNNING])
-        remaining = study.n_trials - taken
-        # One experiment per budget extension (the repeats run as a second one).
-        name = f"{study_name.replace('/', '_').replace('@', '_')}-{study.n_trials}"
-        path = self.storage_dir / name
-        trainable = tune.with_resources(advisor_trainable, {
-            "cpu": self.options.cpus_per_trial, "gpu": self.options.gpus_per_trial})
+        study = self.store.get_study(study_name)
+        if study is None:
+            raise StudyError(f"no study named {study_name!r}")
         seen = {t.id for t in self.store.trials_of_study(study.id or 0)
                 if t.status != TrialStatus.RUNNING}
-        if tune.Tuner.can_restore(str(path)):
-            log.info("restoring the Tune experiment %s", path)
-            tuner = tune.Tuner.restore(str(path), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=False, restart_errored=False)
-        else:
-            if remaining <= 0:
+        base = f"{study_name.replace('/', '_').replace('@', '_')}-{study.n_trials}"
+        for attempt in range(_MAX_EXPERIMENTS):
+            study = self.store.get_study(study_name) or study
+            taken = self.store.count_trials(study.id or 0, [*TrialStatus.FINISHED,
+                                                            TrialStatus.RUNNING])
+            path = self.storage_dir / f"{base}-{attempt}"
+            restorable = tune.Tuner.can_restore(str(path))
+            if restorable and taken < study.n_trials:
+                log.info("restoring the Tune experiment %s", path)
+                tuner = tune.Tuner.restore(str(path), trainable=self._trainable(),
+                                           resume_unfinished=True, resume_errored=False,
+                                           restart_errored=False)
+            elif restorable:
+                continue  # a finished experiment of an earlier run of this code path
+            elif taken >= study.n_trials or (
+                    self.max_consecutive_failures is not None
+                    and failure_streak(self.store, study.id or 0)
+                    >= self.max_consecutive_failures):
                 return
-            searcher = ConstrainedOptunaSearch(
-                study_name=study_name, db_url=self.store.url, target=spec.target,
-                direction=spec.objective.direction, sampler=ostudy.sampler,
-                settings={"db_url": self.settings.db_url,
-                          "cache_dir": str(self.settings.cache_dir),
-                          "trial_timeout_s": self.settings.trial_timeout_s,
-                          "trial_memory_limit_mb": self.settings.trial_memory_limit_mb,
-                          "heartbeat_interval_s": self.settings.heartbeat_interval_s,
-                          "import_shipped": False})
-            tuner = tune.Tuner(
-                trainable,
-                tune_config=tune.TuneConfig(search_alg=searcher, num_samples=remaining,
-                                            max_concurrent_trials=self.concurrency),
-                run_config=tune.RunConfig(
-                    name=name, storage_path=str(self.storage_dir), verbose=0,
-                    failure_config=tune.FailureConfig(max_failures=self.options.max_failures)))
+            else:
+                tuner = self._new_tuner(study_name, path.name, study.n_trials - taken)
+            self._fit(tuner, study_name, study.id or 0, seen, on_trial)
+        log.warning("study %s: budget still open after %d Tune experiments", study_name,
+                    _MAX_EXPERIMENTS)
+
+    def _trainable(self) -> Any:
+        return tune.with_resources(advisor_trainable, {
+            "cpu": self.options.cpus_per_trial, "gpu": self.options.gpus_per_trial})
+
+    def _new_tuner(self, study_name: str, name: str, samples: int) -> tune.Tuner:
+        driver = StudyDriver(self.store, self.settings)
+        spec, study, ostudy = driver.shared_study(study_name)
+        searcher = ConstrainedOptunaSearch(
+            study_name=study_name, db_url=self.store.url, target=spec.target,
+            direction=spec.objective.direction, sampler=ostudy.sampler,
+            settings={"db_url": self.settings.db_url,
+                      "cache_dir": str(self.settings.cache_dir),
+                      "trial_timeout_s": self.settings.trial_timeout_s,
+                      "trial_memory_limit_mb": self.settings.trial_memory_limit_mb,
+                      "heartbeat_interval_s": self.settings.heartbeat_interval_s,
+                      "import_shipped": False})
+        return tune.Tuner(
+            self._trainable(),
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=samples,
+                                        max_concurrent_trials=self.concurrency),
+            run_config=tune.RunConfig(
+                name=name, storage_path=str(self.storage_dir), verbose=0,
+                stop=_StopWhenFailing(self.store.url, study.id or 0,
+                                      self.max_consecutive_failures),
+                failure_config=tune.FailureConfig(max_failures=self.options.max_failures)))
+
+    def _fit(self, tuner: tune.Tuner, study_name: str, study_id: int, seen: set[int | None],
+             on_trial: Callable[[TrialRecord], None] | None) -> None:
         stop = threading.Event()
 
         def scan() -> None:
-            for t in self.store.trials_of_study(study.id or 0):
+            for t in self.store.trials_of_study(study_id):
                 if t.status != TrialStatus.RUNNING and t.id not in seen:
                     seen.add(t.id)
                     if on_trial is not None:

@@ -62,6 +62,11 @@ class StudyBackend(Protocol):
     def run_study(self, study_name: str,
                   on_trial: Callable[[TrialRecord], None] | None = None) -> Any: ...
 
+    def trial_hardware_key(self) -> str:
+        """The hardware key one trial records (one GPU of several, say): warm start and the
+        plan's estimates look up trials under it."""
+        ...
+
 
 class SweepReporter(Protocol):
     def message(self, text: str) -> None: ...
@@ -118,7 +123,7 @@ class SweepRunner:
     def plan(self, workers: int) -> list[CellPlan]:
         """Estimated cost per cell, from the durations of stored trials of the same target on
         this hardware (same workload when there are some), else a per-target guess."""
-        hw = str(fingerprint()["key"])
+        hw = self.backend.trial_hardware_key()
         plans = []
         for cell in self.spec.cells:
             durations, basis = _durations(self.store, cell, hw)
@@ -126,7 +131,7 @@ class SweepRunner:
                 est = statistics.median(durations)
             else:
                 est, basis = _GUESS_TRIAL_S.get(cell.target, 120.0), "guess (no stored trials)"
-            n = cell.trials + 2 * self.spec.repeats
+            n = cell.trials + 2 * self._repeats(cell)
             plans.append(CellPlan(cell, n, est, basis, est * n / max(1, workers)))
         return plans
 
@@ -244,7 +249,7 @@ class SweepRunner:
             self.backend.run_study(name, on_trial)
         if failure_streak(self.store, study.id or 0) >= limit or not self._measured(study):
             return self._result(cell, name, "failing", error=self._failure_reason(study))
-        if self.spec.repeats:
+        if self._repeats(cell):
             self._repeat(cell, name, study, prev_best, on_trial)
         return self._result(cell, name, "ok")
 
@@ -263,7 +268,8 @@ class SweepRunner:
             s.add(rec)
             s.commit()
         warm = warm_start_configs(
-            self.store, cell, hardware_key=study.hardware_key, previous_best=prev_best,
+            self.store, cell, hardware_key=self.backend.trial_hardware_key(),
+            previous_best=prev_best,
             use_recommendation=self.spec.warm_start_recommendation,
             best_known=self.spec.warm_start_best_known, models=models)
         queued = 0
@@ -279,6 +285,9 @@ class SweepRunner:
             self.reporter.message(f"{cell.key}: warm start with {queued} config(s) from "
                                   f"{', '.join(sorted({w.source for w in warm}))}")
         return study
+
+    def _repeats(self, cell: CellSpec) -> int:
+        return self.spec.repeats if cell.repeats is None else cell.repeats
 
     def _measured(self, study: StudyRecord) -> bool:
         return self.store.count_trials(study.id or 0, [TrialStatus.COMPLETE]) > 0
@@ -306,7 +315,7 @@ class SweepRunner:
                 targets.append(("previous-best", prev_best))
             for label, config in targets:
                 try:
-                    self.driver.enqueue(name, [config] * self.spec.repeats, role=REPEAT_ROLE,
+                    self.driver.enqueue(name, [config] * self._repeats(cell), role=REPEAT_ROLE,
                                         attrs={"advisor_repeat_of": label}, extend_budget=True)
                 except AdvisorError as exc:
                     self.reporter.message(f"{cell.key}: cannot repeat the {label} config: {exc}")

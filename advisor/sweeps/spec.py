@@ -33,7 +33,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$")
 _TOP_KEYS = {"name", "description", "backend", "workers", "trials", "repeats", "sampler", "seed",
              "trial_timeout_s", "max_consecutive_failures", "warm_start", "drift", "ray", "matrix"}
 _ENTRY_KEYS = {"target", "models", "workloads", "workload_params", "slo_tiers", "objective",
-               "trials", "fixed"}
+               "trials", "repeats", "fixed"}
 
 
 class SweepFileError(AdvisorError):
@@ -72,6 +72,8 @@ class CellSpec:
     objective: Objective
     trials: int
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: Re-measurements of the best config (None: the sweep's ``repeats``).
+    repeats: int | None = None
 
     def study_name(self, run: str) -> str:
         return f"{run}/{self.key}"
@@ -224,6 +226,8 @@ def _expand(entry: Any, where: str, default_trials: int) -> list[CellSpec]:
         except AdvisorError as exc:
             raise SweepFileError(f"{where}: fixed: {exc}") from None
     trials = _int(entry, "trials", default_trials, where, low=1, high=10_000)
+    repeats = (None if entry.get("repeats") is None
+               else _int(entry, "repeats", 0, where, low=0, high=50))
     cells = []
     for model in models:
         overrides = {**params, **({"model": str(model)} if model is not None else {})}
@@ -238,7 +242,7 @@ def _expand(entry: Any, where: str, default_trials: int) -> list[CellSpec]:
                 cells.append(CellSpec(key=key, target=target_name,
                                       model=None if model is None else str(model), workload=wl,
                                       tier=tier, slo=slo, objective=objective, trials=trials,
-                                      fixed=dict(fixed)))
+                                      fixed=dict(fixed), repeats=repeats))
     return cells
 
 

@@ -1,0 +1,320 @@
+"""`advisor sweep` end to end, as cron runs it: real subprocesses, real worker processes sharing a
+study through SQLite or PostgreSQL, SIGKILL and rerun, failing cells, and drift reports.
+
+The scripted target (a known response surface; ``qps_scale`` makes its workload "heavier") drives
+the robustness and drift rules deterministically; real FAISS runs check the same on a real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from knowledge import TrialStatus, TrialStore
+from knowledge.jobs import pid_alive
+from tests.conftest import _postgres_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def advisor(*args: str, env: dict[str, str], timeout: float = 600
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def sweep_file(tmp_path: Path, name: str, matrix: list[dict[str, Any]], **top: Any) -> Path:
+    data = {"name": name, "workers": 2, "trials": 6, "repeats": 2, "seed": 0,
+            "trial_timeout_s": 60, "max_consecutive_failures": 3,
+            "warm_start": {"recommendation": False, "best_known": 1},
+            "drift": {"noise_factor": 3, "min_change": 0.1}, "matrix": matrix, **top}
+    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def scripted_cell(tier: str = "t", **params: Any) -> dict[str, Any]:
+    return {"target": "scripted", "workload_params": {"delay_s": 0.3, **params},
+            "slo_tiers": {tier: "p95_latency_ms<=1,recall_at_10>=0.8"}}
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    yield from _postgres_url()
+
+
+@pytest.fixture
+def env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "ADVISOR_DB_URL": db_url, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
+            "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_HEARTBEAT_INTERVAL_S": "1",
+            "COLUMNS": "200"}
+
+
+@pytest.fixture
+def sqlite_env(tmp_path: Path) -> dict[str, str]:
+    """For rules that do not depend on the database (the shared-study tests cover both)."""
+    return {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'sweep.db'}",
+            "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "false",
+            "ADVISOR_HEARTBEAT_INTERVAL_S": "1", "COLUMNS": "200"}
+
+
+def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert result.stdout.strip(), result.stderr
+    return json.loads(result.stdout)
+
+
+def study_trials(store: TrialStore, name: str) -> list[Any]:
+    study = store.get_study(name)
+    assert study is not None, name
+    return store.trials_of_study(study.id or 0)
+
+
+def assert_consistent(store: TrialStore, study_name: str, budget: int) -> None:
+    """No lost, duplicated or stuck-running trials; Optuna agrees with the store."""
+    trials = study_trials(store, study_name)
+    finished = [t for t in trials if t.status in TrialStatus.FINISHED]
+    assert len(finished) == budget, [(t.number, t.status) for t in trials]
+    assert not [t for t in trials if t.status == TrialStatus.RUNNING]
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    ostudy = optuna.load_study(study_name=study_name, storage=store.url)
+    states = [t.state for t in ostudy.get_trials(deepcopy=False)]
+    assert optuna.trial.TrialState.RUNNING not in states
+    complete = {t.number for t in ostudy.get_trials(deepcopy=False)
+                if t.state == optuna.trial.TrialState.COMPLETE}
+    assert complete == {t.number for t in trials if t.status == TrialStatus.COMPLETE}
+
+
+# shared studies ------------------------------------------------------------------------------
+
+
+def test_two_workers_share_one_study_without_overshooting(env: dict[str, str], tmp_path: Path
+                                                          ) -> None:
+    path = sweep_file(tmp_path, f"share{uuid.uuid4().hex[:6]}", [scripted_cell()], trials=9,
+                      repeats=0)
+    result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
+    assert result.returncode == 0, result.stderr
+    summary = summary_of(result)
+    cell = summary["cells"][0]
+    store = TrialStore(env["ADVISOR_DB_URL"])
+    assert_consistent(store, cell["study"], 9)
+    pids = {t.pid for t in study_trials(store, cell["study"])}
+    assert len(pids) == 2, "both worker processes ran trials"
+    assert cell["counts"]["complete"] + cell["counts"]["failed"] == 9
+
+
+# kill and resume -----------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    db = pg_url
+    env = {**os.environ, "ADVISOR_DB_URL": db, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
+           "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_HEARTBEAT_INTERVAL_S": "1",
+           "COLUMNS": "200"}
+    name = f"kill{uuid.uuid4().hex[:6]}"
+    path = sweep_file(tmp_path, name, [scripted_cell("a", delay_s=0.8),
+                                       scripted_cell("b", delay_s=0.2, qps_scale=2.0)],
+                      trials=7, repeats=1)
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "sweep", "run", str(path),
+                             "--json", "--no-refit"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    store = TrialStore(db)
+    first = f"{name}@"
+    deadline = time.monotonic() + 120
+    running_pids: set[int] = set()
+    while time.monotonic() < deadline:  # kill once trials are both finished and running
+        studies = [s for s in store.list_studies("scripted") if s.name.startswith(first)]
+        if studies:
+            trials = store.trials_of_study(studies[0].id or 0)
+            running = [t for t in trials if t.status == TrialStatus.RUNNING]
+            if sum(t.status in TrialStatus.FINISHED for t in trials) >= 3 and running:
+                running_pids = {t.pid for t in running if t.pid}
+                break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("the sweep never reached the point to kill it")
+    proc.send_signal(signal.SIGKILL)  # the sweep process alone, as a crash would
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while any(pid_alive(p) for p in running_pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(pid_alive(p) for p in running_pids), "workers outlived the killed sweep"
+
+    rerun = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = summary_of(rerun)
+    assert summary["run"].startswith(first) and len(summary["cells"]) == 2
+    runs = store.sweep_runs(name)
+    assert len(runs) == 1 and runs[0].status == "finished", "the rerun resumed the same run"
+    for cell in summary["cells"]:
+        assert cell["status"] == "ok"
+        # budget 7 + 1 repeat of the best config: all finished, none stuck or duplicated
+        assert_consistent(store, cell["study"], 8)
+    trials = study_trials(store, summary["cells"][0]["study"])
+    interrupted = [t for t in trials if t.status == TrialStatus.INTERRUPTED]
+    assert interrupted, "the trials the kill cut short are recorded as interrupted"
+    assert all("died" in (t.error or "") for t in interrupted)
+    requeued = {t.details.get("requeued_from_trial") for t in trials} - {None}
+    assert requeued >= {t.number for t in interrupted}, "their configs were measured again"
+
+
+# failing cells -------------------------------------------------------------------------------
+
+
+def test_a_cell_that_keeps_failing_is_reported_not_retried(sqlite_env: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, f"fail{uuid.uuid4().hex[:6]}",
+                      [scripted_cell("bad", fail=True), {**scripted_cell("good"), "trials": 3}],
+                      trials=20, workers=1, repeats=1, max_consecutive_failures=3)
+    result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=sqlite_env)
+    assert result.returncode == 4, result.stderr
+    summary = summary_of(result)
+    bad, good = summary["cells"]
+    assert bad["status"] == "failing" and "scripted failure" in bad["error"]
+    assert bad["counts"]["failed"] == 3, "stopped after 3 failures in a row, not 20"
+    assert good["status"] == "ok" and good["counts"]["complete"] + good["counts"]["failed"] == 4
+    assert summary["failing_cells"] == 1 and summary["exit_code"] == 4
+
+
+# drift -----------------------------------------------------------------------------------------
+
+
+def test_drift_flags_a_planted_regression_and_stays_quiet_on_a_rerun(
+        sqlite_env: dict[str, str], tmp_path: Path) -> None:
+    env = sqlite_env
+    name = f"drift{uuid.uuid4().hex[:6]}"
+
+    def run(**params: Any) -> dict[str, Any]:
+        path = sweep_file(tmp_path, name, [scripted_cell(**params)], trials=3, repeats=2,
+                          workers=1)
+        result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
+        summary = summary_of(result)
+        assert result.returncode == summary["exit_code"], result.stderr
+        return summary
+
+    first = run()
+    assert first["exit_code"] == 0 and first["cells"][0]["drift"]["status"] == "no-baseline"
+    again = run()
+    assert again["previous_run"] == first["run"]
+    assert again["exit_code"] == 0 and again["cells"][0]["drift"]["status"] == "steady"
+    assert again["cells"][0]["best"]["source"] in ("previous-run", "best-known", None)
+    heavier = run(qps_scale=0.5)  # the same cell, its workload made heavier
+    drift = heavier["cells"][0]["drift"]
+    assert heavier["exit_code"] == 3 and heavier["regressions"] == 1
+    assert drift["status"] == "regressed"
+    qps = next(m for m in drift["metrics"] if m["metric"] == "qps")
+    assert qps["verdict"] == "regressed" and qps["change"] == pytest.approx(-0.5, abs=0.01)
+    assert any("workload spec changed" in n for n in drift["notes"])
+    listed = json.loads(advisor("sweep", "list", "--sweep", name, "--json", env=env).stdout)
+    assert [r["exit_code"] for r in listed] == [0, 0, 3]
+    report = advisor("sweep", "report", heavier["run"], "--json", env=env)
+    assert report.returncode == 3 and json.loads(report.stdout)["run"] == heavier["run"]
+
+
+@pytest.mark.slow
+def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
+    pytest.importorskip("faiss")
+    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'f.db'}",
+           "ADVISOR_CACHE_DIR": str(faiss_cache), "ADVISOR_IMPORT_SHIPPED": "false",
+           "COLUMNS": "200"}
+    name = f"fdrift{uuid.uuid4().hex[:6]}"
+
+    def run(n_base: int) -> dict[str, Any]:
+        # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 4x corpus is a
+        # regression no noise explains.
+        cell = {"target": "faiss", "workloads": ["synthetic-1m"],
+                "workload_params": {"n_base": n_base, "n_queries": 200, "dim": 64,
+                                    "n_clusters": 32},
+                "fixed": {"index_type": "ivf_flat", "nlist": 16, "nprobe": 16,
+                          "batch_size": 1, "threads": 1},
+                "slo_tiers": {"any": "p95_latency_ms<=1000,recall_at_10>=0.5"}}
+        path = sweep_file(tmp_path, name, [cell], trials=2, repeats=3, workers=1,
+                          drift={"noise_factor": 3, "min_change": 0.5})
+        result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
+        summary = summary_of(result)
+        assert result.returncode == summary["exit_code"], result.stderr
+        return summary
+
+    run(20_000)
+    quiet = run(20_000)
+    assert quiet["cells"][0]["drift"]["status"] in ("steady", "improved"), quiet["cells"][0]
+    assert quiet["exit_code"] == 0
+    heavy = run(80_000)
+    drift = heavy["cells"][0]["drift"]
+    assert heavy["exit_code"] == 3 and drift["status"] == "regressed", drift
+    p95 = next(m for m in drift["metrics"] if m["metric"] == "p95_latency_ms")
+    assert p95["verdict"] == "regressed" and p95["change"] > 1.0
+
+
+# the shipped nightly matrix, both backends ---------------------------------------------------
+
+
+@pytest.fixture
+def ray_head() -> Iterator[str]:
+    """A real local Ray head (CPU only), stopped after the test."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_nightly_cpu_sweep_runs_on_both_backends(backend: str, tmp_path: Path, faiss_cache: Path,
+                                                 request: pytest.FixtureRequest) -> None:
+    pytest.importorskip("faiss")
+    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'n.db'}",
+           "ADVISOR_CACHE_DIR": str(faiss_cache), "ADVISOR_IMPORT_SHIPPED": "false",
+           "COLUMNS": "200"}
+    args = ["sweep", "run", "sweeps/nightly-cpu.yaml", "--json", "--report-dir",
+            str(tmp_path / "report")]
+    if backend == "ray":
+        args += ["--backend", "ray", "--ray-address", request.getfixturevalue("ray_head")]
+    result = advisor(*args, env=env, timeout=1200)
+    summary = summary_of(result)
+    assert result.returncode == summary["exit_code"] == 0, (result.stderr[-3000:], summary)
+    assert summary["backend"] == backend and len(summary["cells"]) == 3
+    store = TrialStore(env["ADVISOR_DB_URL"])
+    for cell in summary["cells"]:
+        assert cell["status"] == "ok", cell
+        llm = cell["key"].startswith("transformers")
+        assert_consistent(store, cell["study"], 3 if llm else 7)  # budget + repeats of the best
+        trials = study_trials(store, cell["study"])
+        assert {t.details.get("role") for t in trials} >= {"engine-default", "repeat"}
+        for t in trials:
+            assert (t.hardware_key and t.engine_versions) or t.status != TrialStatus.COMPLETE
+    reports = summary["reports"]
+    assert Path(reports["summary"]).exists()
+    assert Path(reports["cheatsheet_faiss_md"]).read_text().strip()
+    assert "context" in reports["models_faiss"]
+    if backend == "ray":  # Ray ran the trials: one Tune experiment directory per cell
+        assert list((tmp_path / "n.db").parent.glob("*")) and (
+            Path(env["ADVISOR_CACHE_DIR"]) / "ray-tune").exists()
