@@ -266,8 +266,9 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
 
 
 @pytest.fixture
-def ray_head() -> Iterator[str]:
-    """A real local Ray head (CPU only), stopped after the test."""
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real local Ray head (CPU only) of this test alone: ``ray start --block`` in its own
+    process group and temp dir, so stopping it never touches another Ray on the machine."""
     pytest.importorskip("ray")
     import socket
 
@@ -275,15 +276,74 @@ def ray_head() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray = str(Path(sys.executable).with_name("ray"))
+    temp_dir = tmp_path_factory.mktemp("ray", numbered=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
-                              "--include-dashboard=false", "--disable-usage-stats"],
-                             env=env, capture_output=True, text=True, timeout=180)
-    assert started.returncode == 0, started.stderr[-2000:]
+    head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}",
+                             "--num-cpus=2", "--include-dashboard=false",
+                             "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    address = f"127.0.0.1:{port}"
     try:
-        yield f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while subprocess.run([ray, "status", f"--address={address}"], env=env,
+                             capture_output=True, timeout=60).returncode != 0:
+            if head.poll() is not None or time.monotonic() > deadline:
+                why = head.stderr.read() if head.stderr else b""
+                pytest.fail(f"the Ray head did not start: {why!r}")
+            time.sleep(1)
+        yield address
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
+
+
+@pytest.mark.ray
+def test_ray_sweep_sigkilled_then_restored(ray_head: str, tmp_path: Path) -> None:
+    """SIGKILL the driver of a Ray sweep; the rerun resumes the Tune experiment with
+    Tuner.restore, fails the cut-short trial as interrupted, measures its config again and fills
+    the budget without replaying the configs measured before the kill."""
+    db = f"sqlite:///{tmp_path / 'ray.db'}"
+    env = {**os.environ, "ADVISOR_DB_URL": db, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
+           "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_HEARTBEAT_INTERVAL_S": "1",
+           "COLUMNS": "200"}
+    name = f"raykill{uuid.uuid4().hex[:6]}"
+    path = sweep_file(tmp_path, name, [scripted_cell(delay_s=1.5)], trials=7, repeats=1,
+                      backend="ray")
+    args = ["sweep", "run", str(path), "--ray-address", ray_head, "--json", "--no-refit"]
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    store = TrialStore(db)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        trials = [t for s in store.list_studies("scripted") for t in
+                  store.trials_of_study(s.id or 0)]
+        if sum(t.status in TrialStatus.FINISHED for t in trials) >= 3:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the Ray sweep never finished 3 trials")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    before = {t.number: t.config for t in trials if t.status == TrialStatus.COMPLETE}
+
+    rerun = advisor(*args, env=env)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    cell = summary_of(rerun)["cells"][0]
+    assert_consistent(store, cell["study"], 8)  # budget 7 + 1 repeat
+    after = study_trials(store, cell["study"])
+    sampled_after = [t.config for t in after if t.number not in before
+                     and t.status == TrialStatus.COMPLETE and not t.details.get("role")
+                     and t.details.get("requeued_from_trial") is None]
+    assert not [c for c in sampled_after if c in before.values()], "the sampler replayed configs"
+    cache = Path(env["ADVISOR_CACHE_DIR"]) / "ray-tune"
+    assert len(list(cache.iterdir())) >= 2, "the restored experiment, then the repeats'"
 
 
 @pytest.mark.slow
