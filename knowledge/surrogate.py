@@ -50,6 +50,7 @@ DEFAULT_FAMILY = "linear-forest"
 COVERAGE = 0.9
 #: Metrics never modelled: counters and bookkeeping, not performance.
 _SKIP_METRICS = frozenset({"failed_requests"})
+_STAGES = ("embed_", "retrieve_", "prefill_", "decode_")
 _FRACTION_EPS = 1e-4
 #: Below 9 calibration configs (90 % coverage) the largest residual ratio is multiplied by this.
 SMALL_SAMPLE_INFLATION = 2.0
@@ -643,9 +644,15 @@ def _metric_names(trials: Sequence[TrialRecord], min_share: float = 0.8) -> list
         for m, v in t.metrics.items():
             if m not in _SKIP_METRICS and isinstance(v, int | float) and math.isfinite(v):
                 counts[m] = counts.get(m, 0) + 1
-    # p90s sit between the modelled p50/p95/p99 and are never asked for more than those.
+    # p90s sit between the modelled p50/p95/p99 and are never asked for more than those. Of a
+    # RAG trial's per-stage breakdown only the mean and p95 are modelled: they are what the
+    # cheat-sheet's stage shares and SLOs use, and each modelled metric costs a fit.
     return sorted(m for m, c in counts.items() if c >= max(2, min_share * len(trials))
-                  and "_p90" not in m)
+                  and "_p90" not in m and not _stage_detail(m))
+
+
+def _stage_detail(metric: str) -> bool:
+    return metric.startswith(_STAGES) and metric.endswith(("_p50_ms", "_p99_ms"))
 
 
 def _workload_points(trials: Sequence[TrialRecord]) -> list[WorkloadPoint]:

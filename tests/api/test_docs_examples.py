@@ -56,7 +56,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                              "--log-level", "warning"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240  # fitting the shipped knowledge takes a while on 2 cores
+    # Fitting (and cross-validating) every shipped context takes minutes on 2 cores the first time.
+    deadline = time.monotonic() + 480
     while True:
         try:
             if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:

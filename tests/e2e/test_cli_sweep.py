@@ -239,12 +239,12 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
         # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 4x corpus is a
         # regression no noise explains.
         cell = {"target": "faiss", "workloads": ["synthetic-1m"],
-                "workload_params": {"n_base": n_base, "n_queries": 200, "dim": 64,
+                "workload_params": {"n_base": n_base, "n_queries": 100, "dim": 64,
                                     "n_clusters": 32},
                 "fixed": {"index_type": "ivf_flat", "nlist": 16, "nprobe": 16,
                           "batch_size": 1, "threads": 1},
                 "slo_tiers": {"any": "p95_latency_ms<=1000,recall_at_10>=0.5"}}
-        path = sweep_file(tmp_path, name, [cell], trials=2, repeats=3, workers=1,
+        path = sweep_file(tmp_path, name, [cell], trials=1, repeats=3, workers=1,
                           drift={"noise_factor": 3, "min_change": 0.5})
         result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
         summary = summary_of(result)
