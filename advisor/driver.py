@@ -665,11 +665,13 @@ class StudyDriver:
             objective_value=float(m.metrics[spec.objective.metric]), duration_s=outcome.duration_s)
 
     def execute(self, study_name: str, *, number: int, optuna_trial_id: int,
-                config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord:
+                config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord | None:
         """Run and store one trial that another process asked Optuna for (a Ray Tune trial):
         claim its slot in the store, run it isolated with heartbeats, store the outcome. The
         caller tells Optuna. A trial already stored under ``number`` is a retry of it: a finished
-        one is returned as it is, a running one (its previous worker died) is restarted."""
+        one is returned as it is, a running one (its previous worker died) is restarted. ``None``
+        when a sweep's recovery already closed the Optuna trial before it was ever stored (its
+        config was re-queued there): running it now would measure that config twice."""
         study = self.store.get_study(study_name)
         if study is None:
             raise StudyError(f"no study named {study_name!r}")
@@ -677,6 +679,9 @@ class StudyDriver:
         existing = self.store.trial_by_number(study.id or 0, number)
         if existing is not None and existing.status != TrialStatus.RUNNING:
             return existing
+        if existing is None and optuna_storage(self.store.url).get_trial(
+                optuna_trial_id).state.is_finished():
+            return None
         if existing is not None:
             rec = self.store.restart_trial(existing.id or 0)
         else:

@@ -174,6 +174,9 @@ def advisor_trainable(config: dict[str, Any]) -> dict[str, Any]:
             meta["study"], number=int(meta["number"]),
             optuna_trial_id=int(meta["optuna_trial_id"]), config=config["knobs"],
             details=meta["details"])
+        if rec is None:  # closed by a recovery before it ran; its config was re-queued
+            return {_METRIC: None, "status": "skipped", "margins": {}, "trial_id": None,
+                    "error": None}
         return _result(store, rec)
     finally:
         store.close()
