@@ -679,8 +679,12 @@ class StudyDriver:
         existing = self.store.trial_by_number(study.id or 0, number)
         if existing is not None and existing.status != TrialStatus.RUNNING:
             return existing
-        if existing is None and optuna_storage(self.store.url).get_trial(
-                optuna_trial_id).state.is_finished():
+        if optuna_storage(self.store.url).get_trial(optuna_trial_id).state.is_finished():
+            if existing is not None:
+                self.store.fail_trial(existing.id or 0, status=TrialStatus.INTERRUPTED,
+                                      error_type="interrupted",
+                                      error="closed by the sweep's recovery before Ray restored "
+                                            "it; its config was re-queued")
             return None
         if existing is not None:
             rec = self.store.restart_trial(existing.id or 0)
