@@ -101,3 +101,11 @@ def hardware_key_for(gpus: list[dict[str, Any]], cpu_model: str, cpu_count: int)
 def hardware_key() -> str:
     """The short key of this machine."""
     return str(fingerprint()["key"])
+
+
+def hardware_key_with_gpus(n_gpus: int) -> str:
+    """The key a process of this machine records when it is given ``n_gpus`` of its GPUs (one
+    trial of a sweep that splits the GPUs); 0 GPUs is the CPU's key."""
+    fp = fingerprint()
+    return hardware_key_for(list(fp["gpus"])[:max(0, n_gpus)], str(fp["cpu_model"]),
+                            int(fp["cpu_count"]))

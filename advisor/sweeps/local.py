@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from advisor.settings import Settings
 from knowledge import TrialRecord, TrialStatus, TrialStore
-from objectives.hardware import fingerprint, hardware_key_for
+from objectives.hardware import fingerprint, hardware_key, hardware_key_with_gpus
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = ["LocalBackend", "WorkerExit"]
@@ -97,11 +97,9 @@ class LocalBackend:
 
     def trial_hardware_key(self) -> str:
         """The hardware one trial runs on: one GPU when the workers split the GPUs."""
-        fp = fingerprint()
-        gpus = list(fp["gpus"])
-        if gpus and _gpu_share(self.workers):
-            gpus = gpus[:1]
-        return hardware_key_for(gpus, str(fp["cpu_model"]), int(fp["cpu_count"]))
+        if _gpu_share(self.workers):
+            return hardware_key_with_gpus(1)
+        return hardware_key()
 
     def _report_new(self, study_id: int, seen: set[int | None],
                     on_trial: Callable[[TrialRecord], None] | None) -> set[int | None]:

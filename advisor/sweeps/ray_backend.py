@@ -34,7 +34,7 @@ from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from advisor.sweeps.spec import RayOptions
 from knowledge import TrialRecord, TrialStatus, TrialStore
-from objectives.hardware import fingerprint, hardware_key_for
+from objectives.hardware import hardware_key_with_gpus
 from objectives.registry import get_target
 
 __all__ = ["ConstrainedOptunaSearch", "RayBackend", "advisor_trainable"]
@@ -249,9 +249,7 @@ class RayBackend:
     def trial_hardware_key(self) -> str:
         """The hardware one trial runs on: ``gpus_per_trial`` GPUs of this machine's kind (Ray
         narrows ``CUDA_VISIBLE_DEVICES`` to them), or the CPU when it asks for none."""
-        fp = fingerprint()
-        gpus = list(fp["gpus"])[:max(0, math.ceil(self.options.gpus_per_trial))]
-        return hardware_key_for(gpus, str(fp["cpu_model"]), int(fp["cpu_count"]))
+        return hardware_key_with_gpus(math.ceil(self.options.gpus_per_trial))
 
     def close(self) -> None:
         import ray
