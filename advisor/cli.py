@@ -1083,3 +1083,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 from advisor.sweep_cli import sweep_app  # noqa: E402
 
 app.add_typer(sweep_app, name="sweep")
+from advisor.crosscheck_cli import crosscheck_cmd  # noqa: E402
+
+app.command("crosscheck")(crosscheck_cmd)

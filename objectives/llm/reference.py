@@ -12,17 +12,21 @@ crosscheck`` clamps the workload to them so both harnesses send the same request
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from advisor.errors import WorkloadError
 from objectives.llm.models import N_SPECIAL_TOKENS, prompt_text
 from objectives.llm.requests import RequestRecord, RequestSpec
+from objectives.llm.workload import KIND, LengthDist, LLMWorkloadSpec
+from objectives.workload import Workload
 
-__all__ = ["LengthLimits", "ReferenceHarness", "ReferenceRun", "records_from_timings",
-           "sharegpt_dataset"]
+__all__ = ["LengthLimits", "ReferenceHarness", "ReferenceRun", "clamp_lengths",
+           "records_from_timings", "sharegpt_dataset"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,40 @@ class LengthLimits:
             return False
         total = request.prompt_len + request.output_len
         return self.max_total_len is None or total <= self.max_total_len
+
+
+def _clamped(dist: LengthDist, low: int, high: int) -> LengthDist:
+    if dist.dist == "fixed":
+        return dataclasses.replace(dist, value=min(max(dist.value, low), high))
+    if dist.dist == "uniform":
+        new_high = min(dist.high, high)
+        return dataclasses.replace(dist, low=min(max(dist.low, low), new_high), high=new_high)
+    new_max = min(dist.max, high)
+    return dataclasses.replace(dist, min=min(max(dist.min, low), new_max), max=new_max)
+
+
+def clamp_lengths(workload: Workload, limits: LengthLimits) -> tuple[Workload, dict[str, Any]]:
+    """``workload`` with its length distributions clamped into ``limits`` (every request it can
+    produce is then accepted), and what changed (empty when nothing did). A trace workload, whose
+    lengths are data, is refused with :class:`WorkloadError` when a request falls outside."""
+    spec = LLMWorkloadSpec.from_workload(workload)
+    if spec.prompt_len is None or spec.output_len is None:
+        raise WorkloadError(f"workload {workload.name!r} replays a trace; its lengths cannot be "
+                            "clamped to what the reference harness accepts")
+    prompt_high = limits.max_prompt_len or spec.prompt_len.upper
+    prompt = _clamped(spec.prompt_len, limits.min_len, prompt_high)
+    output_high = spec.output_len.upper
+    if limits.max_total_len is not None:
+        output_high = min(output_high, limits.max_total_len - prompt.upper)
+    output = _clamped(spec.output_len, limits.min_len, output_high)
+    changed = {key: {"from": before.to_params(), "to": after.to_params()}
+               for key, before, after in (("prompt_len", spec.prompt_len, prompt),
+                                          ("output_len", spec.output_len, output))
+               if before != after}
+    if not changed:
+        return workload, {}
+    clamped = dataclasses.replace(spec, prompt_len=prompt, output_len=output)
+    return Workload(KIND, workload.name, {**workload.params, **clamped.to_params()}), changed
 
 
 @dataclass(frozen=True)
@@ -71,6 +109,11 @@ class ReferenceHarness(Protocol):
     def run(self, *, base_url: str, served_model: str, tokenizer: Path,
             requests: Sequence[RequestSpec], rate_rps: float, seed: int, workdir: Path,
             timeout_s: float) -> ReferenceRun: ...
+
+    def close(self) -> None:
+        """Release what the harness keeps between runs (a worker process); called once at the
+        end."""
+        ...
 
 
 def sharegpt_dataset(requests: Sequence[RequestSpec]) -> list[dict[str, Any]]:
