@@ -272,7 +272,8 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
     workload = plan.workload
     clamped: dict[str, Any] = {}
     if harness is not None:
-        workload, clamped = clamp_lengths(workload, harness.limits)
+        workload, clamped = clamp_lengths(workload, harness.limits,
+                                          target_keys=target.target_params)
         plan = dataclasses.replace(plan, workload=workload)
     if plan.base_url is None:
         target.check_available()

@@ -56,11 +56,14 @@ def _clamped(dist: LengthDist, low: int, high: int) -> LengthDist:
     return dataclasses.replace(dist, min=min(max(dist.min, low), new_max), max=new_max)
 
 
-def clamp_lengths(workload: Workload, limits: LengthLimits) -> tuple[Workload, dict[str, Any]]:
+def clamp_lengths(workload: Workload, limits: LengthLimits, *,
+                  target_keys: frozenset[str] = frozenset()) -> tuple[Workload, dict[str, Any]]:
     """``workload`` with its length distributions clamped into ``limits`` (every request it can
-    produce is then accepted), and what changed (empty when nothing did). A trace workload, whose
-    lengths are data, is refused with :class:`WorkloadError` when a request falls outside."""
-    spec = LLMWorkloadSpec.from_workload(workload)
+    produce is then accepted), and what changed (empty when nothing did). ``target_keys`` are
+    parameters the target reads itself (kept as they are). A trace workload, whose lengths are
+    data, is refused with :class:`WorkloadError`."""
+    spec = LLMWorkloadSpec.from_params({k: v for k, v in workload.params.items()
+                                        if k not in target_keys})
     if spec.prompt_len is None or spec.output_len is None:
         raise WorkloadError(f"workload {workload.name!r} replays a trace; its lengths cannot be "
                             "clamped to what the reference harness accepts")

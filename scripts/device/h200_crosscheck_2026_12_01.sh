@@ -47,8 +47,7 @@ poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 common() {
   local model=$1 r0=$2
   echo "--target vllm --workload chat --model $model --workload-param $(poisson "$r0")" \
-       "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15" \
-       "--workload-param startup_timeout_s=400"
+       "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
 }
 cc() { python3 -m advisor crosscheck "$@"; }
 
