@@ -52,7 +52,7 @@ from objectives.llm.server_metrics import (
     scrape,
     summarize_window,
 )
-from objectives.llm.validity import CLIENT_BOUND, Tolerance, Verdict, judge
+from objectives.llm.validity import CLIENT_BOUND, GATE_VERSION, Tolerance, Verdict, judge
 from objectives.llm.workload import (
     LLMWorkloadSpec,
     drain_cutoff_s,
@@ -629,7 +629,10 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
 def validity_details(verdict: Verdict) -> dict[str, Any]:
     """The gate's verdict as the trial details store it."""
     return {"validity": verdict.validity, "validity_reasons": list(verdict.reasons),
-            "validity_checks": [dataclasses.asdict(c) for c in verdict.checks]}
+            "validity_checks": [dataclasses.asdict(c) for c in verdict.checks],
+            "validity_gate": GATE_VERSION,
+            "client_send_late_p99_ms": verdict.send_late_p99_ms,
+            "frontend_delay_ms": verdict.frontend_delay_ms}
 
 
 def _loop_lag_details(lag_s: Sequence[float]) -> dict[str, float]:

@@ -14,10 +14,10 @@
 #   PHASE=8b-paired   bash scripts/device/h200_crosscheck_2026_12_01.sh ...
 #
 # 8b-defaults: vLLM's defaults alone on the GPU, 6 rates x 3 repeats, the reference once per rate.
-# 1b: the Llama-3.2-1B shape's defaults, 4 rates x 3 repeats + reference; then the config that
-#     the shipped (client-bound) trials called best, once at 2 rates with the reference.
-# 8b-paired: vLLM's defaults and that config both up at once (each limited to 0.45 of the GPU),
-#     measured in turn, 4 rates x 3 interleaved repeats; the reference for the non-default one.
+# 1b: the Llama-3.2-1B shape's defaults, 4 rates x 3 repeats + reference.
+# 8b-paired: vLLM's defaults and the config the shipped (client-bound) trials called best, both
+#     up at once (each limited to 0.45 of the GPU), measured in turn, 3 rates x 3 interleaved
+#     repeats; the reference for the non-default one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
@@ -64,14 +64,10 @@ case $PHASE in
     cc $(common llama-3.2-1b 30) --rate 30 --rate 90 --rate 150 --rate 210 \
       --repeats 3 --reference-repeats 1 --store-as h200-1b-chat-1201-defaults \
       --metrics-sample "$OUT/metrics-$PHASE.txt" -o "$OUT/crosscheck-$PHASE.jsonl"
-    # shellcheck disable=SC2046
-    cc $(common llama-3.2-1b 30) --rate 90 --rate 210 --config "best-sampled=@$BEST" \
-      --repeats 1 --reference-repeats 1 --store-as h200-1b-chat-1201-best-sampled \
-      -o "$OUT/crosscheck-$PHASE-best.jsonl"
     ;;
   8b-paired)
     # shellcheck disable=SC2046
-    cc $(common llama-3-8b 15) --rate 15 --rate 45 --rate 75 --rate 120 \
+    cc $(common llama-3-8b 15) --rate 15 --rate 45 --rate 75 \
       --config default= --config "best-sampled=@$BEST" --co-resident --memory-share 0.45 \
       --repeats 3 --reference-repeats 1 --reference-config best-sampled \
       --store-as h200-8b-chat-1201-paired -o "$OUT/crosscheck-$PHASE.jsonl"
