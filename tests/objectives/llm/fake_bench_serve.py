@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import time
@@ -36,7 +37,7 @@ async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, n: i
     if not chunks:
         return {"start": start, "ttft": 0.0, "itl": [], "n": 0, "error": "no chunk"}
     return {"start": start, "ttft": chunks[0] - start,
-            "itl": [b - a for a, b in zip(chunks, chunks[1:], strict=False)], "n": len(chunks),
+            "itl": [b - a for a, b in itertools.pairwise(chunks)], "n": len(chunks),
             "error": "", "latency": chunks[-1] - start}
 
 
