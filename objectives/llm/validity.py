@@ -45,6 +45,8 @@ __all__ = [
     "Tolerance",
     "Verdict",
     "judge",
+    "rejudge",
+    "unchecked_details",
 ]
 
 #: Bumped when the gate's rules change (stored with every verdict). 1: a client reading more than
@@ -127,6 +129,37 @@ class Verdict:
                 "loop_lag_p99_ms": self.loop_lag_p99_ms,
                 "send_late_p99_ms": self.send_late_p99_ms,
                 "frontend_delay_ms": self.frontend_delay_ms}
+
+
+def unchecked_details(reason: str) -> dict[str, Any]:
+    """The verdict details of a trial that nothing independent can check (an in-process engine
+    whose tokens the same process times): ``unchecked``, with why."""
+    return {"validity": UNCHECKED, "validity_reasons": [reason], "validity_checks": [],
+            "validity_gate": GATE_VERSION,
+            "server_metrics": {"available": False, "reason": reason}}
+
+
+def rejudge(details: Mapping[str, Any]) -> str | None:
+    """The current gate's verdict on a stored window, from what its details kept (the checks,
+    the client's loop lag, its send lateness or, for a version-1 verdict, its reasons); None when
+    the details hold no verdict. Lets trials judged by an older gate be judged again without
+    re-measuring them."""
+    if "validity" not in details:
+        return None
+    checks = details.get("validity_checks") or []
+    if not checks:
+        return str(details["validity"])
+    lag = details.get("client_loop_lag_p99_ms")
+    late = details.get("client_send_late_p99_ms")
+    reasons = " ".join(details.get("validity_reasons") or [])
+    lagging = (lag is not None and lag > MAX_LOOP_LAG_P99_MS) or (
+        late is not None and late > MAX_SEND_LATE_P99_MS) or (
+        late is None and "requests sent late" in reasons)
+    if lagging:
+        return CLIENT_BOUND
+    if all(c["agrees"] or (c["name"].endswith("_ms") and c["excess"] > 0) for c in checks):
+        return VALID
+    return SERVER_DISAGREES
 
 
 def _client_view(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
