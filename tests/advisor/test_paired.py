@@ -10,6 +10,7 @@ import pytest
 
 from advisor.paired import (
     MIN_REPEATS,
+    Better,
     PairedComparison,
     PairedComparisonError,
     Repeat,
@@ -17,7 +18,7 @@ from advisor.paired import (
     compare,
 )
 
-BETTER = {"qps": "higher", "p95_latency_ms": "lower"}
+BETTER: dict[str, Better] = {"qps": "higher", "p95_latency_ms": "lower"}
 
 
 def arms(x_values: list[dict[str, float]], y_values: list[dict[str, float]]
