@@ -540,9 +540,10 @@ def trials_cmd(
         slo_metrics = parse_slo(s.slo).metrics if s else []
         shown = {m: r.metrics.get(m) for m in slo_metrics if m in r.metrics}
         metrics = " ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
-        tail = _compact(r.config) if r.status == TrialStatus.COMPLETE else \
+        tail = _compact(r.config) if r.status in TrialStatus.MEASURED else \
             f"{r.error_type}: {(r.error or '').splitlines()[0][:120] if r.error else ''}"
-        slo_mark = {True: "met", False: "missed", None: "-"}[r.feasible]
+        slo_mark = "-" if r.status == TrialStatus.INVALID else \
+            {True: "met", False: "missed", None: "-"}[r.feasible]
         table.add_row(str(r.id), s.name if s else "?", str(r.number), r.status,
                       invalid_reason(r.details) or validity_of(r.details) or "-", slo_mark,
                       _fmt(r.objective_value), metrics, tail)

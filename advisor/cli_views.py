@@ -58,6 +58,10 @@ def baseline_text(baseline: DefaultComparison | None) -> str | None:
              "margin": "no noise measured", "is_default": "the best is the default",
              "default_misses_slo": "default misses the SLO",
              "no_default": "default not measured here"}.get(baseline.basis, baseline.basis)
-    head = ("[bold green]Keep the defaults[/bold green]" if baseline.answer == "keep_defaults"
-            else "Against the engine default")
-    return f"{head} ({where}): {escape(baseline.reason)}"
+    if baseline.answer != "keep_defaults":
+        return f"Against the engine default ({where}): {escape(baseline.reason)}"
+    text = f"Why ({where}): {escape(baseline.reason)}"
+    if baseline.basis != "is_default" and baseline.candidate_config:
+        config = " ".join(f"{k}={_num(v)}" for k, v in baseline.candidate_config.items())
+        text += f". Best other config, not recommended: {escape(config)}"
+    return text

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from advisor.settings import check_paired_repeats
 
 __all__ = [
     "CheatSheetValuePublic",
@@ -178,6 +180,11 @@ class StudyCreate(BaseModel):
     name: str | None = Field(default=None, max_length=200, pattern=_NAME,
                              description="study name; default derived like `advisor tune`")
     resume: bool = Field(default=False, description="continue the study if it exists")
+
+    @field_validator("paired_repeats")
+    @classmethod
+    def _paired_repeats(cls, value: int | None) -> int | None:
+        return None if value is None else check_paired_repeats(value)
 
 
 class JobProgress(BaseModel):
