@@ -27,10 +27,12 @@ from rich.table import Table
 
 from advisor import __version__
 from advisor.cheatsheet import build_cheatsheet
+from advisor.cli_views import baseline_text, paired_table
 from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
+from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import resolve_workload
 from advisor.recommend import (
     ModelRecommendation,
@@ -45,6 +47,7 @@ from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialS
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate
 from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
+from knowledge.validity import invalid_reason, validity_of
 from objectives import parse_slo
 from objectives.hardware import hardware_key
 from objectives.llm.workload import KIND as LLM_KIND
@@ -269,6 +272,10 @@ def tune_cmd(
         "YAML/JSON mapping of knobs, e.g. '{max_num_seqs: 256, enable_chunked_prefill: false}', "
         "or @FILE holding a mapping or a list of them. Knobs left out keep the engine default, so "
         "one knob per --enqueue ablates the default one knob at a time.")] = None,
+    paired_repeats: Annotated[int | None, typer.Option(
+        min=0, max=50, help="After the search, measure the best config and the engine default "
+        "this many times each, interleaved, and report their paired comparison (0: off; else "
+        "at least 3). Default $ADVISOR_PAIRED_REPEATS or 3.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a tuning study: search the target's knobs against an SLO on this machine.
@@ -307,14 +314,15 @@ def tune_cmd(
             if enqueue:
                 raise AdvisorError(f"--enqueue applies when a study starts; study {study_name!r} "
                                    "exists (start a new one with another --name)")
-            result = driver.resume(study_name, trials)
+            result = driver.resume(study_name, trials, paired_repeats=paired_repeats)
         else:
             if resume:
                 err.print(f"no study named {study_name!r} yet: starting it")
             result = driver.run(StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
                 n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
-                co_measured=co_measured, enqueued=_enqueued(enqueue or [])))
+                co_measured=co_measured, enqueued=_enqueued(enqueue or []),
+                paired_repeats=paired_repeats))
     except KeyboardInterrupt:
         reporter.progress.stop()
         err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
@@ -400,6 +408,8 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         "interrupted": result.count(TrialStatus.INTERRUPTED), "meeting_slo": result.n_feasible,
         "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
         "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
+        "invalid": result.count(TrialStatus.INVALID),
+        "paired_comparison": study.data_provenance.get(PROVENANCE_KEY),
     }
     if result.co_measured:
         summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
@@ -436,6 +446,8 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
             row.append(_fmt(result.default_trial.metrics.get(m)))
         table.add_row(*row)
     out.print(table)
+    if (paired := paired_table(study.data_provenance.get(PROVENANCE_KEY))) is not None:
+        out.print(paired)
     out.print(f"best config: [bold]{_compact(result.best.config)}[/bold]")
 
 
@@ -520,17 +532,20 @@ def trials_cmd(
         return
     studies = {s.id: s for s in store.list_studies()}
     table = Table()
-    for c in ("id", "study", "#", "status", "SLO", "objective", "metrics", "config / error"):
+    for c in ("id", "study", "#", "status", "validity", "SLO", "objective", "metrics",
+              "config / error"):
         table.add_column(c, overflow="fold")
     for r in rows:
         s = studies.get(r.study_id)
         slo_metrics = parse_slo(s.slo).metrics if s else []
         shown = {m: r.metrics.get(m) for m in slo_metrics if m in r.metrics}
         metrics = " ".join(f"{k}={_fmt(v)}" for k, v in shown.items())
-        tail = _compact(r.config) if r.status == TrialStatus.COMPLETE else \
+        tail = _compact(r.config) if r.status in TrialStatus.MEASURED else \
             f"{r.error_type}: {(r.error or '').splitlines()[0][:120] if r.error else ''}"
-        slo_mark = {True: "met", False: "missed", None: "-"}[r.feasible]
-        table.add_row(str(r.id), s.name if s else "?", str(r.number), r.status, slo_mark,
+        slo_mark = "-" if r.status == TrialStatus.INVALID else \
+            {True: "met", False: "missed", None: "-"}[r.feasible]
+        table.add_row(str(r.id), s.name if s else "?", str(r.number), r.status,
+                      invalid_reason(r.details) or validity_of(r.details) or "-", slo_mark,
                       _fmt(r.objective_value), metrics, tail)
     out.print(table)
 
@@ -663,10 +678,14 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
         if explain:
             _print_evidence(rec)
         return
-    out.print(f"[bold green]Recommended {rec.target} config[/bold green] for {rec.slo} "
-              f"({rec.objective}) on {where}"
+    head = ("[bold green]Keep the defaults[/bold green]: the engine default"
+            if rec.answer == "keep_defaults" else f"[bold green]Recommended {rec.target} "
+            "config[/bold green]")
+    out.print(f"{head} for {rec.slo} ({rec.objective}) on {where}"
               + (f", model {rec.model}" if rec.model else "") + ":")
     out.print(f"  {_compact(rec.config or {})}")
+    if (versus := baseline_text(rec.baseline)) is not None:
+        out.print(versus)
     table = Table(title="predicted by the surrogate models (90% intervals) - not measured")
     for c in ("metric", "predicted", "SLO", "conservative margin"):
         table.add_column(c)
@@ -730,9 +749,13 @@ def _print_recommendation(rec: Recommendation) -> None:
         out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
         return
     t = rec.trial
-    out.print(f"[bold green]Recommended {rec.target} config[/bold green] for {rec.slo} "
-              f"({rec.objective}), measured on {t.hardware_key}:")
+    head = ("[bold green]Keep the defaults[/bold green]: the engine default"
+            if rec.answer == "keep_defaults" else f"[bold green]Recommended {rec.target} "
+            "config[/bold green]")
+    out.print(f"{head} for {rec.slo} ({rec.objective}), measured on {t.hardware_key}:")
     out.print(f"  {_compact(t.config)}")
+    if (versus := baseline_text(rec.baseline)) is not None:
+        out.print(versus)
     table = Table(title=f"measured (trial #{t.number} of study id {t.study_id}, trial id {t.id}, "
                         f"workload {t.workload_spec.get('name')})")
     table.add_column("metric")
@@ -802,7 +825,9 @@ def knowledge_import_cmd(
             summary = found
         out.print(f"{path}: {summary.trials_imported} trials imported, "
                   f"{summary.trials_skipped} already present, "
-                  f"{summary.studies_created} new studies")
+                  f"{summary.studies_created} new studies"
+                  + (f"; {summary.trials_invalid} invalid (unusable validity label: kept, "
+                     "never used)" if summary.trials_invalid else ""))
 
 
 # serve / worker ------------------------------------------------------------------------------

@@ -29,15 +29,16 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import TrialState
 
-from advisor import __version__
+from advisor import __version__, pairing
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.sampling import suggest_config
-from advisor.settings import Settings
+from advisor.settings import Settings, check_paired_repeats
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import pid_alive
 from knowledge.models import StudyStatus, utcnow
+from knowledge.validity import invalid_reason, is_usable
 from objectives import SLO, Workload, parse_slo
 from objectives.hardware import fingerprint
 from objectives.registry import get_target
@@ -85,10 +86,18 @@ class StudySpec:
     #: Configs measured first, after the engine default (partial ones are completed with the
     #: engine defaults): a production config, or one-knob variations of a config to ablate it.
     enqueued: tuple[Mapping[str, Any], ...] = ()
+    #: After the search, measure the best config and the engine default this many times each,
+    #: interleaved, and store their paired comparison (None: ``Settings.paired_repeats``).
+    paired_repeats: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
             raise StudyError(f"`n_trials >= 1` must hold, but got n_trials={self.n_trials}")
+        if self.paired_repeats is not None:
+            try:
+                check_paired_repeats(self.paired_repeats)
+            except ValueError as exc:
+                raise StudyError(str(exc)) from None
         if self.sampler not in SAMPLERS:
             raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
         if not self.name or len(self.name) > 200:
@@ -281,10 +290,14 @@ class StudyDriver:
             data_provenance=provenance,
         ))
 
-    def resume(self, name: str, n_trials: int | None = None) -> StudyResult:
+    def resume(self, name: str, n_trials: int | None = None, *,
+               paired_repeats: int | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
-        until ``n_trials`` (default: the study's own) trials have finished."""
+        until ``n_trials`` (default: the study's own) trials have finished. ``paired_repeats``
+        as in :class:`StudySpec`; repeats already queued or measured are not queued again."""
         spec, study, target, ostudy, companions = self._open(name, n_trials)
+        if paired_repeats is not None:
+            spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
         return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
@@ -523,15 +536,24 @@ class StudyDriver:
         for one in studies:
             self.store.set_study_status(one.id or 0, StudyStatus.RUNNING)
         try:
-            while done < spec.n_trials:
-                rec = self._run_one(spec, study, target, space, ostudy, companions)
-                assert rec is not None  # no budget claim: always runs
-                done += 1
-                if (rec.feasible and rec.objective_value is not None
-                        and (best is None or spec.objective.is_better(
-                            rec.objective_value, best.objective_value))):
-                    best = rec
-                self.reporter.trial_finished(rec, done, best)
+            while True:
+                while done < spec.n_trials:
+                    rec = self._run_one(spec, study, target, space, ostudy, companions)
+                    assert rec is not None  # no budget claim: always runs
+                    done += 1
+                    if (rec.feasible and rec.objective_value is not None
+                            and (best is None or spec.objective.is_better(
+                                rec.objective_value, best.objective_value))):
+                        best = rec
+                    self.reporter.trial_finished(rec, done, best)
+                # The search is over: re-measure its best beside the default (once per block).
+                study = self._queue_paired(spec, study, target, ostudy, done)
+                if done >= study.n_trials:
+                    break
+                spec = dataclasses.replace(spec, n_trials=study.n_trials)
+                companions = [dataclasses.replace(c, study=self._update_n_trials(
+                    c.study, study.n_trials)) for c in companions]
+            self._store_paired(study, companions)
         except BaseException:
             for one in studies:
                 self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
@@ -541,6 +563,64 @@ class StudyDriver:
         result = self.result(study.name)
         self.reporter.finished(result)
         return result
+
+    def _queue_paired(self, spec: StudySpec, study: StudyRecord, target: Target,
+                      ostudy: optuna.Study, done: int) -> StudyRecord:
+        """After the search: queue the incumbent best and the engine default interleaved,
+        ``paired_repeats`` times each, unless that block is already queued or measured; then
+        make the budget cover every queued re-measurement. Records why when nothing is paired."""
+        repeats = (self.settings.paired_repeats if spec.paired_repeats is None
+                   else spec.paired_repeats)
+        fixed = ostudy.user_attrs.get(_FIXED_ATTR, {})
+        default = target.space().default_config()
+        trials = self.store.trials_of_study(study.id or 0)
+        best = pairing.incumbent(trials, spec.objective)
+        engine_default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE),
+                              None)
+        skip: str | None = None
+        if repeats == 0:
+            skip = "paired re-measurement is off (paired_repeats=0)"
+        elif best is None:
+            skip = "no measured config met the SLO"
+        elif best.config == default:
+            skip = "the best feasible config is the engine default"
+        elif not all(default.get(k, v) == v for k, v in fixed.items()):
+            skip = f"the engine default contradicts the study's fixed knobs {dict(fixed)}"
+        elif engine_default is not None and engine_default.status == TrialStatus.FAILED:
+            skip = f"the engine default failed ({engine_default.error_type})"
+        if skip is not None:
+            if pairing.latest_block(trials, [pairing.BEST, pairing.DEFAULT]) is None:
+                study = self.store.update_provenance(study.id or 0, {pairing.PROVENANCE_KEY: {
+                    "status": "skipped", "x": pairing.BEST, "y": pairing.DEFAULT,
+                    "reason": skip}})
+        else:
+            assert best is not None
+            arms = [pairing.Arm(pairing.BEST, best.config), pairing.Arm(pairing.DEFAULT, default)]
+            queued = pairing.queue_interleaved(self, study.name, arms, repeats,
+                                               extend_budget=False)
+            if queued.queued:
+                self.reporter.preparing(
+                    f"re-measuring the best config (trial #{best.number}) and the engine "
+                    f"default {repeats}x each, interleaved, for a paired comparison")
+        waiting = pairing.pending([t.user_attrs for t in ostudy.get_trials(
+            deepcopy=False, states=(TrialState.WAITING,))])
+        if done + waiting > study.n_trials:
+            study = self._update_n_trials(study, done + waiting)
+        return study
+
+    def _store_paired(self, study: StudyRecord, companions: Sequence[_Companion]) -> None:
+        """Store the best-vs-default comparison of the study's latest block, and of each
+        co-measured study from its records of the same trials."""
+        for one in [study, *(c.study for c in companions)]:
+            trials = self.store.trials_of_study(one.id or 0)
+            block = pairing.latest_block(trials, [pairing.BEST, pairing.DEFAULT])
+            if block is None:
+                continue
+            current = self.store.get_study_by_id(one.id or 0) or one
+            result = pairing.outcome(trials, current, block=block)
+            if one is not study:
+                result["context"] = {**result.get("context", {}), "best_of_study": study.name}
+            self.store.update_provenance(one.id or 0, {pairing.PROVENANCE_KEY: result})
 
     def _run_one(self, spec: StudySpec, study: StudyRecord, target: Target, space: Any,
                  ostudy: optuna.Study, companions: list[_Companion], budget: int | None = None
@@ -645,7 +725,8 @@ class StudyDriver:
 
     def _store_outcome(self, spec: StudySpec, rec: TrialRecord, outcome: TrialOutcome,
                        details: Mapping[str, Any]) -> TrialRecord:
-        """Write a trial's outcome to the store: measured with its SLO margins, or failed."""
+        """Write a trial's outcome to the store: measured with its SLO margins (``invalid`` when
+    its validity label is unusable, knowledge/validity.py), or failed."""
         m = outcome.measurement
         if outcome.ok and m is not None:
             required = [spec.objective.metric, *spec.slo.metrics]
@@ -658,11 +739,19 @@ class StudyDriver:
                 rec.id or 0, error_type=outcome.error_type or "error", error=outcome.reason or "",
                 duration_s=outcome.duration_s)
         margins = _margin_records(spec.slo, m.metrics)
+        merged = {**details, **m.details}
+        # An unusable measurement is kept with its figures and reason (provenance) but is never
+        # feasible, and the caller tells Optuna it failed: it must not steer the search.
+        usable = is_usable(merged)
+        if not usable:
+            log.warning("trial %s is invalid (%s): stored, not used", rec.number,
+                        invalid_reason(merged))
         return self.store.complete_trial(
             rec.id or 0, metrics=m.metrics, engine_versions=m.engine_versions,
-            details={**details, **m.details}, margins=margins,
-            feasible=all(mr.margin <= 0 for mr in margins),
-            objective_value=float(m.metrics[spec.objective.metric]), duration_s=outcome.duration_s)
+            details=merged, margins=margins,
+            feasible=usable and all(mr.margin <= 0 for mr in margins),
+            objective_value=float(m.metrics[spec.objective.metric]), duration_s=outcome.duration_s,
+            status=TrialStatus.COMPLETE if usable else TrialStatus.INVALID)
 
     def execute(self, study_name: str, *, number: int, optuna_trial_id: int,
                 config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord | None:

@@ -171,16 +171,18 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     if not _STUDY_NAME_RE.match(name):
         raise StudyError("a study name must be 1 to 200 letters, digits, '.', '_' or '-'")
     seed = request.get("seed")
+    paired = request.get("paired_repeats")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
                      n_trials=n_trials, sampler=sampler, seed=None if seed is None else int(seed),
                      include_default=bool(request.get("include_default", True)), fixed=fixed,
-                     enqueued=tuple(enqueued))
+                     enqueued=tuple(enqueued),
+                     paired_repeats=None if paired is None else int(paired))
     normalised = {
         "target": target_name, "slo": str(slo), "objective": str(objective),
         "workload": wl.spec, "fixed": fixed, "enqueue": enqueued, "trials": n_trials,
         "sampler": sampler,
         "seed": spec.seed, "include_default": spec.include_default, "name": name,
-        "resume": bool(request.get("resume", False)),
+        "resume": bool(request.get("resume", False)), "paired_repeats": spec.paired_repeats,
     }
     return ValidatedStudy(spec, bool(request.get("resume", False)), normalised)
 
@@ -193,7 +195,8 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         workload=Workload.from_spec(request["workload"]), n_trials=int(request["trials"]),
         sampler=request["sampler"], seed=request["seed"],
         include_default=bool(request["include_default"]), fixed=dict(request.get("fixed") or {}),
-        enqueued=tuple(dict(c) for c in request.get("enqueue") or ()))
+        enqueued=tuple(dict(c) for c in request.get("enqueue") or ()),
+        paired_repeats=request.get("paired_repeats"))
     return spec, bool(request.get("resume"))
 
 
@@ -267,7 +270,7 @@ def run_job(uid: str, settings: Settings) -> int:
         spec, resume = spec_from_job_request(job.request)
         driver = StudyDriver(store, settings, _JobReporter(jobs, uid))
         if resume and store.get_study(spec.name) is not None:
-            driver.resume(spec.name, spec.n_trials)
+            driver.resume(spec.name, spec.n_trials, paired_repeats=spec.paired_repeats)
         else:
             driver.run(spec)
         status = JobStatus.SUCCEEDED

@@ -22,6 +22,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from advisor.baseline import (
+    Answer,
+    DefaultComparison,
+    decide,
+    default_trials_for,
+    mean_figures,
+    paired_between,
+)
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
 from advisor.objective import Objective
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
@@ -64,6 +72,11 @@ class Recommendation:
     launch_command: str | None = None
     tune_command: str | None = None
     default_trial: TrialRecord | None = None
+    #: ``config`` (``trial`` is the best measured config), ``keep_defaults`` (``trial`` is the
+    #: engine default: it meets the SLO and the best is not better beyond the noise) or ``none``.
+    answer: Answer = "none"
+    #: The best config against the engine default under the same workload (advisor/baseline.py).
+    baseline: DefaultComparison | None = None
 
     @property
     def found(self) -> bool:
@@ -87,6 +100,8 @@ class Recommendation:
             "closest": trial_dict(self.closest), "closest_margins": self.closest_margins,
             "engine_default": trial_dict(self.default_trial),
             "tune_command": self.tune_command,
+            "answer": self.answer,
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
         }
 
 
@@ -126,8 +141,9 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                             feasible_count=feasible)
     if best is not None:
         launch = engine.launch_command(best.config, Workload.from_spec(best.workload_spec))
-        return replace(answer, trial=best, margins=slo.margins(best.metrics),
-                       launch_command=launch, default_trial=_engine_default_for(usable, best))
+        return _versus_default(store, engine, replace(
+            answer, trial=best, margins=slo.margins(best.metrics), launch_command=launch,
+            default_trial=_engine_default_for(usable, best)))
     return replace(answer, closest=closest,
                    closest_margins=slo.margins(closest.metrics) if closest else {},
                    tune_command=_tune_command(target, slo, objective))
@@ -142,6 +158,42 @@ def _engine_default_for(trials: list[TrialRecord], best: TrialRecord | None
                  and t.workload_hash == best.workload_hash), None)
 
 
+
+
+def _versus_default(store: TrialStore, engine: Target, answer: Recommendation
+                    ) -> Recommendation:
+    """``answer`` (a measured best) compared with the engine default measured under the same
+    workload (advisor/baseline.py): the default of the best's study, else one with the same
+    workload hash on the same hardware. When the default meets the SLO and the best is not
+    better beyond the noise, the answer is the default itself (``keep_defaults``)."""
+    best = answer.trial
+    assert best is not None
+    defaults, source = default_trials_for(store, best, _space(answer.target).default_config())
+    # The study's own first trial represents the default; its config is what was measured.
+    defaults.sort(key=lambda t: (t.details.get("role") != "engine-default", t.id or 0))
+    default = defaults[0] if defaults else None
+    metrics = list(dict.fromkeys([answer.objective.metric, *answer.slo.metrics]))
+    figures = mean_figures([t.metrics for t in defaults], metrics)
+    verdict = decide(
+        objective=answer.objective, slo=answer.slo, candidate_config=best.config,
+        candidate_figures={m: float(best.metrics[m]) for m in metrics if m in best.metrics},
+        default_config=None if default is None else default.config, default_figures=figures,
+        default_meets_slo=answer.slo.is_met(figures) if default is not None else None,
+        default_objective_values=[float(t.metrics[answer.objective.metric]) for t in defaults
+                                  if t.metrics.get(answer.objective.metric) is not None],
+        paired=None if default is None else paired_between(
+            store, target=answer.target, hardware_key=best.hardware_key, candidate=best.config,
+            default=default.config, same_workload=lambda s: s.workload_hash == best.workload_hash),
+        default_figures_basis="measured" if default is not None else None,
+        default_source=source, default_trials=[t.id or 0 for t in defaults])
+    answer = replace(answer, answer=verdict.answer, baseline=verdict,
+                     default_trial=default or answer.default_trial)
+    # When the best is itself the default, it stays: it is the measurement that met the SLO.
+    if verdict.answer == "keep_defaults" and default is not None and verdict.basis != "is_default":
+        launch = engine.launch_command(default.config, Workload.from_spec(default.workload_spec))
+        answer = replace(answer, trial=default, margins=answer.slo.margins(default.metrics),
+                         launch_command=launch)
+    return answer
 
 
 # -- the model-based recommender ---------------------------------------------------------------
@@ -246,6 +298,12 @@ class ModelRecommendation:
     closest: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     measured_alternative: dict[str, Any] | None = None
+    #: ``config`` (``config`` is the best candidate), ``keep_defaults`` (``config`` is the engine
+    #: default: it meets the SLO and the best candidate is not better beyond the noise) or
+    #: ``none`` (nothing recommended).
+    answer: Answer = "none"
+    #: The best candidate against the engine default at this workload (advisor/baseline.py).
+    baseline: DefaultComparison | None = None
 
     @property
     def found(self) -> bool:
@@ -270,6 +328,8 @@ class ModelRecommendation:
                            "conservatively_feasible": self.candidates_feasible},
             "closest": self.closest, "notes": list(self.notes),
             "measured_alternative": self.measured_alternative,
+            "answer": self.answer,
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
         }
 
 
@@ -549,11 +609,68 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         launch = engine.launch_command(config, Workload.from_spec(workload_spec))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
-    return ModelRecommendation(
+    return _model_versus_default(store, ctx, engine, ModelRecommendation(
         status="recommended", confidence=confidence, confidence_reason=reason, config=config,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
             slo, pred, best), evidence=tuple(evidence), launch_command=launch,
-        notes=tuple(notes), **base)
+        notes=tuple(notes), **base), features=features, nearest=nearest, needed=needed,
+        distance=distance, inside=inside)
+
+
+def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
+                          rec: ModelRecommendation, *, features: Mapping[str, float],
+                          nearest: WorkloadPoint, needed: list[str], distance: float,
+                          inside: bool) -> ModelRecommendation:
+    """``rec`` compared with the engine default at the same workload, by the same models
+    (advisor/baseline.py). The default must meet the SLO as any candidate must (its conservative
+    bound), and where it was measured at this workload its measured mean must meet it too. When
+    it does and ``rec``'s config is not better beyond the noise, the answer is the default."""
+    default = _space(rec.target).default_config()
+    slo, objective = rec.slo, rec.objective
+    pred = ctx.predict([default], features, needed)
+    conservative = _conservative_margins(slo, pred, 0)
+    key = _config_key(default)
+    rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key
+            and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
+    measured = mean_figures([ctx.measured[i] for i in rows], needed)
+    meets = all(m <= 0 for m in conservative.values()) and (not rows or slo.is_met(measured))
+    predicted = {m: float(c[0]) for m, (c, _, _) in pred.items()}
+
+    def same_workload(study: Any) -> bool:
+        params = study.workload_spec.get("params", {}) or {}
+        return (workload_distance(features, workload_features(study.workload_spec))
+                <= SAME_WORKLOAD and (ctx.key.model is None
+                                      or str(params.get("model")) == ctx.key.model))
+
+    verdict = decide(
+        objective=objective, slo=slo, candidate_config=rec.config or {},
+        candidate_figures={m: p.value for m, p in rec.predicted.items()},
+        default_config=default, default_figures=measured if rows else predicted,
+        default_meets_slo=meets,
+        default_objective_values=[float(ctx.measured[i][objective.metric]) for i in rows
+                                  if objective.metric in ctx.measured[i]],
+        paired=paired_between(store, target=rec.target, hardware_key=ctx.key.hardware_key,
+                              candidate=rec.config or {}, default=default,
+                              same_workload=same_workload),
+        # The gain is read off the models for both configs alike (their biases cancel).
+        default_objective=predicted.get(objective.metric),
+        default_figures_basis="measured" if rows else "predicted",
+        default_source="measured at this workload" if rows else "the same models",
+        default_trials=[ctx.trial_ids[i] for i in rows])
+    if verdict.answer != "keep_defaults" or verdict.basis == "is_default":
+        return replace(rec, answer=verdict.answer, baseline=verdict)
+    evidence = _evidence(ctx, default, features, slo, needed)
+    confidence, reason = _confidence(ctx, evidence, rec.model_quality, distance, inside, slo,
+                                     needed)
+    try:
+        launch = engine.launch_command(default, Workload.from_spec(
+            _workload_for_launch(nearest, features)))
+    except AdvisorError as exc:
+        launch, reason = None, f"{reason}; launch command unavailable: {exc}"
+    return replace(rec, answer="keep_defaults", baseline=verdict, config=default,
+                   predicted=_predicted(pred, 0), conservative_margins=conservative,
+                   evidence=tuple(evidence), launch_command=launch, confidence=confidence,
+                   confidence_reason=reason)
 
 
 def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,

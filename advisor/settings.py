@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "default_db_url"]
+__all__ = ["Settings", "check_paired_repeats", "default_db_url"]
 
 APP_NAME = "slo-advisor"
 
@@ -18,6 +18,14 @@ def default_db_url() -> str:
     """A SQLite file in the user data dir: embedded, nothing to start."""
     path = Path(user_data_dir(APP_NAME)) / "advisor.db"
     return f"sqlite:///{path}"
+
+
+def check_paired_repeats(value: int) -> int:
+    """``value`` if it is a usable number of paired repeats (0, or 3 to 50), else ValueError:
+    fewer than 3 repeats per arm support no comparison, so 1 and 2 would only cost trials."""
+    if value != 0 and not 3 <= value <= 50:
+        raise ValueError(f"`paired_repeats` must be 0 (off) or 3 to 50, but got {value}")
+    return value
 
 
 class Settings(BaseSettings):
@@ -34,6 +42,11 @@ class Settings(BaseSettings):
     trial_memory_limit_mb: int | None = Field(
         default=None, gt=0, description="address-space limit of a trial's child process")
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    paired_repeats: int = Field(
+        default=3, ge=0, le=50,
+        description="after a study's search, measure its best config and the engine default "
+                    "this many times each, interleaved, and store their paired comparison "
+                    "(0: off; otherwise at least 3, the fewest a comparison is claimed from)")
     import_shipped: bool = Field(
         default=True, description="import the shipped knowledge (knowledge/data/*.jsonl) into the "
                                   "store when the CLI opens it, once per file content")
@@ -59,6 +72,11 @@ class Settings(BaseSettings):
                                        "before refitting its models and cheat-sheet")
     worker_poll_interval_s: float = Field(default=1.0, gt=0,
                                           description="how often the worker looks for jobs")
+
+    @field_validator("paired_repeats")
+    @classmethod
+    def _paired_repeats(cls, value: int) -> int:
+        return check_paired_repeats(value)
 
     def api_keys(self) -> list[str]:
         """Every configured API key (from ``api_key`` and ``api_key_file``), blanks dropped."""

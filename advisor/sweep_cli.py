@@ -18,6 +18,7 @@ from advisor.sweeps.local import LocalBackend
 from advisor.sweeps.runner import CellResult, StudyBackend, SweepRunner
 from advisor.sweeps.spec import BACKENDS, CellSpec, SweepSpec, load_sweep
 from knowledge import StudyRecord, TrialRecord, TrialStatus
+from knowledge.validity import invalid_reason
 
 __all__ = ["sweep_app"]
 
@@ -175,6 +176,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         best = cell.get("best") or {}
         table.add_row(cell["key"], status,
                       f"{counts.get('complete', 0)} ok / {counts.get('failed', 0)} failed"
+                      + (f" / {counts['invalid']} invalid" if counts.get("invalid") else "")
                       if counts else "-", str(counts.get("meeting_slo", "-")),
                       " ".join(f"{k}={_fmt(v)}" for k, v in (best.get("config") or {}).items()),
                       f"{drift.get('status', '-')}" + (f": {moved}" if moved else ""))
@@ -182,6 +184,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for cell in summary["cells"]:
         if cell["error"]:
             out.print(f"[red]{cell['key']}[/red]: {cell['error']}")
+        for pair, data in (cell.get("paired") or {}).items():
+            verdicts = ", ".join(f"{m['metric']} {m['verdict']}" for m in data.get("metrics", []))
+            out.print(f"{cell['key']}: {pair} (paired, interleaved): "
+                      + (verdicts if data.get("status") == "compared"
+                         else f"{data.get('status')}: {data.get('reason', '')}"))
     out.print(f"{summary['regressions']} regression(s), {summary['failing_cells']} failing "
               f"cell(s); exit code {summary['exit_code']}; "
               f"report: {summary['reports'].get('summary', '-')}")
@@ -292,6 +299,9 @@ class _Reporter:
             figures = ", ".join(f"{m}={_fmt(trial.metrics.get(m))}"
                                 for m in dict.fromkeys([cell.objective.metric,
                                                         *cell.slo.metrics]))
+        elif trial.status == TrialStatus.INVALID:
+            mark = "[red]invalid[/red]"
+            figures = f"validity {invalid_reason(trial.details)}: kept, not used"
         else:
             mark = f"[red]{trial.status}[/red]"
             figures = f"{trial.error_type}: {(trial.error or '').splitlines()[0][:80]}" \

@@ -159,7 +159,8 @@ class Knowledge:
         def compute(models: KnowledgeModels) -> bytes:
             raw = recommend(self.store, q, models=models).to_dict()
             return _json(RecommendationPublic, {
-                "status": raw["status"], "basis": raw.get("basis", "model"),
+                "status": raw["status"], "answer": raw.get("answer", "none"),
+                "baseline": raw.get("baseline"), "basis": raw.get("basis", "model"),
                 "target": raw["target"], "slo": raw["slo"], "objective": raw.get("objective"),
                 "config": raw.get("config"), "predicted": raw.get("predicted") or {},
                 "evidence": raw.get("evidence"), "launch_command": raw.get("launch_command"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from advisor.settings import check_paired_repeats
 
 __all__ = [
     "CheatSheetValuePublic",
@@ -87,6 +89,15 @@ class RecommendationPublic(BaseModel):
     """The answer: a config with predicted metrics and evidence, or why there is none."""
 
     status: Literal["recommended", "no_feasible_config", "not_covered"]
+    answer: Literal["config", "keep_defaults", "none"] = Field(
+        default="none", description="`config`: apply `config`; `keep_defaults`: the engine "
+                                    "default meets the SLO and no candidate beats it beyond the "
+                                    "noise, so `config` is the engine default (see `baseline`); "
+                                    "`none`: nothing recommended")
+    baseline: dict[str, Any] | None = Field(
+        default=None, description="the best candidate against the engine default at this "
+                                  "workload: `basis` (paired / default_repeats / margin / ...), "
+                                  "`reason`, the default's figures, `gain` and `threshold`")
     basis: str = Field(description="`model` (fitted models over stored trials) or `measured` "
                                    "(best measured trial only, no prediction)")
     target: str
@@ -160,9 +171,20 @@ class StudyCreate(BaseModel):
     sampler: Literal["tpe", "gp", "random"] = "tpe"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     include_default: bool = Field(default=True, description="measure the engine default first")
+    paired_repeats: int | None = Field(
+        default=None, ge=0, le=50,
+        description="after the search, measure the best config and the engine default this "
+                    "many times each, interleaved, and store their paired comparison with the "
+                    "study (0: off, else at least 3; default: the server's "
+                    "`ADVISOR_PAIRED_REPEATS`, 3)")
     name: str | None = Field(default=None, max_length=200, pattern=_NAME,
                              description="study name; default derived like `advisor tune`")
     resume: bool = Field(default=False, description="continue the study if it exists")
+
+    @field_validator("paired_repeats")
+    @classmethod
+    def _paired_repeats(cls, value: int | None) -> int | None:
+        return None if value is None else check_paired_repeats(value)
 
 
 class JobProgress(BaseModel):
@@ -206,7 +228,14 @@ class StudyPublic(BaseModel):
     trials_complete: int
     trials_failed: int
     trials_meeting_slo: int
+    trials_invalid: int = Field(default=0, description="measured, but failed the validity "
+                                                       "check: kept, never used")
     hardware_key: str
+    paired_comparison: dict[str, Any] | None = Field(
+        default=None, description="the best config against the engine default, re-measured "
+                                  "interleaved at the end of the study: `status` compared (per "
+                                  "metric: means, difference, bootstrap interval, verdict), "
+                                  "refused or skipped, with the reason")
     created_at: datetime
     updated_at: datetime
 
@@ -216,7 +245,11 @@ class TrialPublic(BaseModel):
     study_id: int
     number: int
     target: str
-    status: str
+    status: str = Field(description="running, complete, failed, interrupted or invalid "
+                                    "(measured, but the measurement failed its validity check)")
+    validity: str | None = Field(default=None, description="the measurement's validity label "
+                                                           "(valid, unchecked, client_bound, "
+                                                           "...); null when the target gives none")
     config: dict[str, Any]
     metrics: dict[str, Any]
     feasible: bool | None

@@ -53,14 +53,20 @@ class StudyStatus:
 
 
 class TrialStatus:
-    """Trial states. ``interrupted`` trials died with the driver and were re-queued on resume."""
+    """Trial states. ``interrupted`` trials died with the driver and were re-queued on resume.
+    ``invalid`` trials were measured, but the measurement failed its validity check
+    (knowledge/validity.py): kept with their metrics and reason, never used; they count
+    against a study's budget like failed ones."""
 
     RUNNING = "running"
     COMPLETE = "complete"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
-    ALL = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
-    FINISHED = (COMPLETE, FAILED)
+    INVALID = "invalid"
+    ALL = (RUNNING, COMPLETE, FAILED, INTERRUPTED, INVALID)
+    FINISHED = (COMPLETE, FAILED, INVALID)
+    #: States of a trial that produced a measurement (its metrics are stored).
+    MEASURED = (COMPLETE, INVALID)
 
 
 class StudyRecord(SQLModel, table=True):

@@ -20,10 +20,11 @@ class StudyCounts:
     complete: int = 0
     failed: int = 0
     feasible: int = 0
+    invalid: int = 0
 
     @property
     def finished(self) -> int:
-        return self.complete + self.failed
+        return self.complete + self.failed + self.invalid
 
 
 def study_counts(store: TrialStore, study_ids: Sequence[int]) -> dict[int, StudyCounts]:
@@ -37,13 +38,16 @@ def study_counts(store: TrialStore, study_ids: Sequence[int]) -> dict[int, Study
         rows = list(s.exec(q))
     acc: dict[int, dict[str, int]] = {}
     for study_id, status, feasible, n in rows:
-        c = acc.setdefault(study_id, {"trials": 0, "complete": 0, "failed": 0, "feasible": 0})
+        c = acc.setdefault(study_id, {"trials": 0, "complete": 0, "failed": 0, "feasible": 0,
+                                      "invalid": 0})
         c["trials"] += n
         if status == TrialStatus.COMPLETE:
             c["complete"] += n
             c["feasible"] += n if feasible else 0
         elif status == TrialStatus.FAILED:
             c["failed"] += n
+        elif status == TrialStatus.INVALID:
+            c["invalid"] += n
     return {sid: StudyCounts(**c) for sid, c in acc.items()}
 
 

@@ -50,6 +50,16 @@ def _stage_text(row: Mapping[str, Any]) -> str:
     return f"dominant stage: {stage} ({shares}; {row.get('stage_budget_source', '')})"
 
 
+def _knobs_text(row: Mapping[str, Any]) -> str:
+    """The knobs a row recommends; a keep-the-defaults row says so first, with why."""
+    if not row["config"]:
+        return f"*{row['status']}*"
+    if row.get("answer") == "keep_defaults":
+        why = (row.get("baseline") or {}).get("reason", "")
+        return f"**keep the defaults** ({_config_text(row['config'])}){': ' + why if why else ''}"
+    return _config_text(row["config"])
+
+
 def _importance_text(imp: Mapping[str, float], top: int = 3) -> str:
     return ", ".join(f"{k} {v:.0%}" for k, v in list(imp.items())[:top]) or "-"
 
@@ -78,7 +88,7 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
             if (r["target"], r["hardware_key"], r["model"], r["engine_version"]) != (
                     ctx["target"], ctx["hardware_key"], ctx["model"], ctx["engine_version"]):
                 continue
-            knobs = _config_text(r["config"]) if r["config"] else f"*{r['status']}*"
+            knobs = _knobs_text(r)
             lines.append(
                 f"| {r['workload_class']} | {r['tier']} | `{r['slo']}` {r['objective']} | "
                 f"{knobs} | {_predicted_text(r['predicted']) or '-'}"
@@ -202,6 +212,10 @@ def render_html(sheet: Mapping[str, Any]) -> str:
                     ctx["target"], ctx["hardware_key"], ctx["model"], ctx["engine_version"]):
                 continue
             knobs = e(_config_text(r["config"])) if r["config"] else f"<i>{e(r['status'])}</i>"
+            if r["config"] and r.get("answer") == "keep_defaults":
+                why = (r.get("baseline") or {}).get("reason", "")
+                knobs = (f"<b>keep the defaults</b> ({knobs})"
+                         + (f"<br><span class='note'>{e(why)}</span>" if why else ""))
             launch = f"<pre>{e(r['launch_command'])}</pre>" if r["launch_command"] else (
                 f"<code>{e(r['tune_command'] or '')}</code>")
             parts.append(

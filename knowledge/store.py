@@ -135,6 +135,20 @@ class TrialStore:
                 q = q.where(StudyRecord.target == target)
             return list(s.exec(q))
 
+    def update_provenance(self, study_id: int, items: Mapping[str, Any]) -> StudyRecord:
+        """Set ``items`` in the study's ``data_provenance`` (other keys kept), in one
+        transaction; returns the updated study."""
+        with self.session() as s:
+            study = s.get(StudyRecord, study_id)
+            if study is None:
+                raise StoreError(f"no study with id {study_id}")
+            study.data_provenance = {**study.data_provenance, **items}
+            study.updated_at = utcnow()
+            s.add(study)
+            s.commit()
+            s.refresh(study)
+            return study
+
     def set_study_status(self, study_id: int, status: str) -> None:
         with self.session() as s:
             study = s.get(StudyRecord, study_id)
@@ -212,8 +226,12 @@ class TrialStore:
     def complete_trial(self, trial_id: int, *, metrics: Mapping[str, float],
                        engine_versions: Mapping[str, Any], details: Mapping[str, Any],
                        margins: Sequence[SLOMarginRecord], feasible: bool,
-                       objective_value: float | None, duration_s: float) -> TrialRecord:
-        """Record a measured trial with its SLO margins, in one transaction."""
+                       objective_value: float | None, duration_s: float,
+                       status: str = TrialStatus.COMPLETE) -> TrialRecord:
+        """Record a measured trial with its SLO margins, in one transaction. ``status`` is
+        ``invalid`` for a measurement that failed its validity check (kept, never used)."""
+        if status not in TrialStatus.MEASURED:
+            raise ValueError(f"`status` must be one of {TrialStatus.MEASURED}, got {status!r}")
         with self.session() as s:
             trial = self._get_running(s, trial_id)
             trial.metrics = {k: _finite_or_none(float(v)) for k, v in metrics.items()}
@@ -221,7 +239,7 @@ class TrialStore:
             trial.details = {k: _finite_or_none(v) for k, v in details.items()}
             trial.feasible = feasible
             trial.objective_value = objective_value
-            trial.status = TrialStatus.COMPLETE
+            trial.status = status
             trial.finished_at = utcnow()
             trial.duration_s = duration_s
             s.add(trial)

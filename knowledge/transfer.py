@@ -28,6 +28,7 @@ from knowledge.models import (
     TrialStatus,
 )
 from knowledge.store import TrialFilter, TrialStore
+from knowledge.validity import is_usable
 
 __all__ = ["FORMAT", "SHIPPED_DIR", "ImportSummary", "export_jsonl", "import_jsonl",
            "import_shipped_knowledge"]
@@ -43,6 +44,9 @@ class ImportSummary:
     studies_created: int
     trials_imported: int
     trials_skipped: int
+    #: Trials imported as (or, already present as complete, turned) ``invalid`` because the
+    #: file labels their measurement unusable (knowledge/validity.py).
+    trials_invalid: int = 0
 
 
 def _dump(model: Any, skip: set[str]) -> dict[str, Any]:
@@ -98,7 +102,7 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
     nothing.
     """
     rows = list(_parse(lines, source))
-    created = imported = skipped = 0
+    created = imported = skipped = invalid = 0
     with store.session() as s:
         for row in rows:
             study = _get_or_create_study(s, row["study"], source)
@@ -107,10 +111,23 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
                 s.flush()
                 created += 1
             trial_data = row["trial"]
-            if s.exec(select(TrialRecord).where(TrialRecord.uid == trial_data["uid"])).first():
+            present = s.exec(select(TrialRecord).where(
+                TrialRecord.uid == trial_data["uid"])).first()
+            if present is not None:
                 skipped += 1
+                # A file re-labelled since (e.g. shipped trials marked unverified) takes the
+                # trial out of use here too; a label never puts a trial back into use.
+                if present.status == TrialStatus.COMPLETE and not is_usable(
+                        trial_data.get("details")):
+                    present.details = {**present.details, **trial_data["details"]}
+                    _mark_invalid(present)
+                    s.add(present)
+                    invalid += 1
                 continue
             trial = TrialRecord.model_validate({**trial_data, "study_id": study.id})
+            if trial.status == TrialStatus.COMPLETE and not is_usable(trial.details):
+                _mark_invalid(trial)
+                invalid += 1
             if s.exec(select(TrialRecord).where(TrialRecord.study_id == study.id,
                                                 TrialRecord.number == trial.number)).first():
                 raise StoreError(f"{source}: study {study.name!r} already has a different "
@@ -121,7 +138,12 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
                 s.add(SLOMarginRecord(trial_id=trial.id or 0, **m))
             imported += 1
         s.commit()
-    return ImportSummary(created, imported, skipped)
+    return ImportSummary(created, imported, skipped, invalid)
+
+
+def _mark_invalid(trial: TrialRecord) -> None:
+    """A measured trial whose validity label is unusable: kept with its figures, never used."""
+    trial.status, trial.feasible = TrialStatus.INVALID, False
 
 
 def _get_or_create_study(s: Session, data: dict[str, Any], source: str) -> StudyRecord:

@@ -21,6 +21,8 @@ PG_ADMIN_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql+psycopg://postg
 @pytest.fixture(autouse=True)
 def _scripted_target(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ADVISOR_EXTRA_TARGETS", SCRIPTED)
+    # Studies re-measure best and default only where a test asks (tests/advisor/test_paired_*).
+    monkeypatch.setenv("ADVISOR_PAIRED_REPEATS", "0")
     # Trial children must import the tests package too.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))

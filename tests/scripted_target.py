@@ -91,7 +91,13 @@ class ScriptedTarget(Target):
         time.sleep(float(workload.params.get("delay_s", 0.0)))
         metrics = response(config)
         metrics["qps"] *= float(workload.params.get("qps_scale", 1.0))  # a heavier/lighter load
-        return Measurement(metrics, self.engine_versions(), {"pid": os.getpid()})
+        details: dict[str, Any] = {"pid": os.getpid()}
+        # A validity label as an LLM target's gate attaches one (knowledge/validity.py).
+        if (label := workload.params.get("validity")) is not None:
+            details["validity"] = label
+        if (above := workload.params.get("invalid_above_x")) is not None and x > float(above):
+            details["validity"] = "client_bound"
+        return Measurement(metrics, self.engine_versions(), details)
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         return "scripted " + " ".join(f"--{k} {v}" for k, v in config.items())

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from advisor import __version__
+from advisor import __version__, pairing
 from advisor.driver import StudyDriver, StudySpec, failure_streak
 from advisor.errors import AdvisorError, StudyError
 from advisor.settings import Settings
@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 EXIT_REGRESSION, EXIT_FAILING = 1 << 0, 1 << 1
 _EXIT_BASE = 2  # 2 + bits: 3 regression, 4 failing cell, 5 both (typer uses 2 for bad usage)
 
-REPEAT_ROLE, WARM_ROLE = "repeat", "warm-start"
+REPEAT_ROLE, WARM_ROLE = pairing.SWEEP_REPEAT_ROLE, "warm-start"
+BEST, PREVIOUS_BEST = pairing.BEST, "previous-best"
 #: Seconds one trial is guessed to take when the store has no trial of the target on this
 #: hardware to estimate from (only the plan uses it).
 _GUESS_TRIAL_S = {"faiss": 5.0, "transformers": 90.0, "vllm": 150.0, "tensorrt-llm": 300.0,
@@ -99,12 +100,14 @@ class CellResult:
     error: str | None = None
     drift: CellDrift | None = None
     workload_hash: str = ""
+    #: Paired comparisons of the configs re-measured side by side ("best-vs-previous-best").
+    paired: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "study": self.study, "status": self.status,
                 "counts": self.counts, "best": self.best, "repeats": self.repeats,
                 "error": self.error, "workload_hash": self.workload_hash,
-                "drift": self.drift.to_dict() if self.drift else None}
+                "drift": self.drift.to_dict() if self.drift else None, "paired": self.paired}
 
 
 class SweepRunner:
@@ -296,35 +299,37 @@ class SweepRunner:
         failed = self.store.trials_of_study(study.id or 0, [TrialStatus.FAILED])
         reasons = [f"{t.error_type}: {(t.error or '').splitlines()[0][:200] if t.error else ''}"
                    for t in failed[-3:]]
+        invalid = self.store.count_trials(study.id or 0, [TrialStatus.INVALID])
         return (f"{len(failed)} trial(s) failed, the last "
-                f"{failure_streak(self.store, study.id or 0)} in a row; latest: "
-                + " | ".join(reasons))
+                f"{failure_streak(self.store, study.id or 0)} in a row"
+                + (f"; {invalid} measured but invalid (validity check)" if invalid else "")
+                + "; latest: " + " | ".join(reasons))
 
     def _repeat(self, cell: CellSpec, name: str, study: StudyRecord,
                 prev_best: Mapping[str, Any] | None,
                 on_trial: Callable[[TrialRecord], None]) -> None:
-        """Measure the best config (and the previous run's best) ``repeats`` times each: the
-        noise the drift report compares against. Queued once; a resumed run finishes them."""
+        """Measure the best config and the previous run's best ``repeats`` times each,
+        interleaved (advisor/pairing.py): the noise the drift report compares against, and
+        their paired comparison. Queued once; a resumed run finishes them."""
         trials = self.store.trials_of_study(study.id or 0)
-        if not any(t.details.get("role") == REPEAT_ROLE for t in trials):
+        if not any(t.details.get("role") == REPEAT_ROLE and pairing.block_of(t.details) is None
+                   for t in trials):  # repeats queued by an older advisor, one arm after another
             best = self._best(cell, trials)
-            targets: list[tuple[str, Mapping[str, Any]]] = []
+            arms: list[pairing.Arm] = []
             if best is not None:
-                targets.append(("best", best.config))
+                arms.append(pairing.Arm(BEST, best.config, role=REPEAT_ROLE))
             if prev_best and (best is None or dict(prev_best) != best.config):
-                targets.append(("previous-best", prev_best))
-            for label, config in targets:
-                try:
-                    self.driver.enqueue(name, [config] * self._repeats(cell), role=REPEAT_ROLE,
-                                        attrs={"advisor_repeat_of": label}, extend_budget=True)
-                except AdvisorError as exc:
-                    self.reporter.message(f"{cell.key}: cannot repeat the {label} config: {exc}")
+                arms.append(pairing.Arm(PREVIOUS_BEST, prev_best, role=REPEAT_ROLE))
+            queued = pairing.queue_interleaved(self.driver, name, arms, self._repeats(cell),
+                                               extend_budget=True)
+            for label, why in queued.skipped.items():
+                self.reporter.message(f"{cell.key}: cannot repeat the {label} config: {why}")
         self.backend.run_study(name, on_trial)
 
     def _best(self, cell: CellSpec, trials: Sequence[TrialRecord]) -> TrialRecord | None:
         """The search's best trial: feasible first, then by objective (repeats excluded)."""
         measured = [t for t in trials if t.status == TrialStatus.COMPLETE
-                    and t.details.get("role") != REPEAT_ROLE and t.objective_value is not None]
+                    and not pairing.is_paired(t) and t.objective_value is not None]
         if not measured:
             return None
         sign = -1.0 if cell.objective.direction == "maximize" else 1.0
@@ -343,17 +348,21 @@ class SweepRunner:
         repeats: dict[str, dict[str, list[float]]] = {}
         for t in trials:
             if (t.details.get("role") == REPEAT_ROLE and t.status == TrialStatus.COMPLETE):
-                label = str(t.details.get("repeat_of", "best"))
+                label = pairing.arm_of(t.details) or BEST
                 for m in metrics:
                     if t.metrics.get(m) is not None:
                         repeats.setdefault(label, {}).setdefault(m, []).append(
                             float(t.metrics[m]))
+        paired = {}
+        if pairing.latest_block(trials, [BEST, PREVIOUS_BEST]) is not None:
+            paired[f"{BEST}-vs-{PREVIOUS_BEST}"] = pairing.outcome(trials, study, x=BEST,
+                                                                   y=PREVIOUS_BEST)
         best_dict = None if best is None else {
             "trial_id": best.id, "number": best.number, "config": best.config,
             "feasible": best.feasible, "source": best.details.get("source"),
             "metrics": {m: best.metrics.get(m) for m in metrics}}
         return CellResult(cell.key, name, status, counts, best_dict, repeats, error,
-                          workload_hash=cell.workload.spec_hash)
+                          workload_hash=cell.workload.spec_hash, paired=paired)
 
     # drift -----------------------------------------------------------------------------------
 

@@ -31,8 +31,9 @@ def _progress(job: JobRecord, store: TrialStore) -> tuple[int | None, JobProgres
                                                best.objective_value):
             best = t
     failed = sum(t.status == TrialStatus.FAILED for t in trials)
+    invalid = sum(t.status == TrialStatus.INVALID for t in trials)
     return study.id, JobProgress(
-        trials_finished=len(complete) + failed, trials_total=study.n_trials,
+        trials_finished=len(complete) + failed + invalid, trials_total=study.n_trials,
         trials_complete=len(complete), trials_failed=failed, trials_meeting_slo=len(feasible),
         best_objective_value=best.objective_value if best else None,
         best_trial_id=best.id if best else None, best_config=best.config if best else None)

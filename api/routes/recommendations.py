@@ -13,7 +13,7 @@ from api.schemas import ErrorPublic, RecommendationCreate, RecommendationPublic
 router = APIRouter(prefix="/v1", tags=["recommendations"], dependencies=[ReadAccess])
 
 _EXAMPLE: dict[str, Any] = {
-    "status": "recommended", "basis": "model", "target": "faiss",
+    "status": "recommended", "answer": "config", "basis": "model", "target": "faiss",
     "slo": "p95_latency_ms<=0.25,recall_at_10>=0.95", "objective": "maximize:qps",
     "config": {"index_type": "hnsw", "hnsw_m": 34, "ef_construction": 412, "ef_search": 17,
                "batch_size": 22, "threads": 1},
@@ -29,7 +29,9 @@ _EXAMPLE: dict[str, Any] = {
 async def recommend(body: RecommendationCreate, knowledge: KnowledgeDep) -> Response:
     """The config meeting the SLO with the most headroom, with predicted metrics and intervals,
     the evidence and a launch command; or an explicit `no_feasible_config` / `not_covered` answer
-    naming the `advisor tune` study that would cover the question."""
+    naming the `advisor tune` study that would cover the question. Every answer is compared with
+    the engine default at the same workload: `answer` is `keep_defaults` (and `config` the
+    default) when the default meets the SLO and no candidate beats it beyond the noise."""
     query = body.model_dump()
     # A repeated question is answered on the event loop from the cache; anything that needs the
     # store or the models runs in the thread pool.

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, status
 
 from advisor.errors import NotFoundError, StudyError
 from advisor.jobs import validate_study_request
+from advisor.pairing import PROVENANCE_KEY
 from api.deps import JobsDep, ReadAccess, StoreDep, WriteAccess
 from api.routes.jobs import job_public
 from api.schemas import ErrorPublic, JobPublic, Page, StudyCreate, StudyPublic
@@ -28,7 +29,8 @@ def study_public(study: StudyRecord, counts: StudyCounts) -> StudyPublic:
         workload=study.workload_spec, sampler=study.sampler, seed=study.seed,
         trials_requested=study.n_trials, trials=counts.trials, trials_complete=counts.complete,
         trials_failed=counts.failed, trials_meeting_slo=counts.feasible,
-        hardware_key=study.hardware_key, created_at=study.created_at,
+        trials_invalid=counts.invalid, hardware_key=study.hardware_key,
+        paired_comparison=study.data_provenance.get(PROVENANCE_KEY), created_at=study.created_at,
         updated_at=study.updated_at)
 
 

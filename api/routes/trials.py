@@ -10,6 +10,7 @@ from api.deps import ReadAccess, StoreDep
 from api.schemas import Page, TrialPublic
 from knowledge import TrialFilter, TrialRecord
 from knowledge.queries import page_trials
+from knowledge.validity import validity_of
 
 router = APIRouter(prefix="/v1", tags=["trials"], dependencies=[ReadAccess])
 
@@ -19,7 +20,7 @@ _Name = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 def trial_public(t: TrialRecord) -> TrialPublic:
     return TrialPublic(
         id=t.id or 0, study_id=t.study_id, number=t.number, target=t.target, status=t.status,
-        config=t.config, metrics=t.metrics, feasible=t.feasible,
+        validity=validity_of(t.details), config=t.config, metrics=t.metrics, feasible=t.feasible,
         objective_value=t.objective_value, error_type=t.error_type, error=t.error,
         workload=t.workload_spec, workload_hash=t.workload_hash, hardware_key=t.hardware_key,
         engine_versions=t.engine_versions, started_at=t.started_at, finished_at=t.finished_at,
@@ -35,7 +36,7 @@ def list_trials(
     study: Annotated[str | None, Query(max_length=200, pattern=_Name,
                                        description="study name")] = None,
     status: Annotated[str | None, Query(
-        pattern="^(running|complete|failed|interrupted)$")] = None,
+        pattern="^(running|complete|failed|interrupted|invalid)$")] = None,
     feasible: Annotated[bool | None, Query(description="met / missed their study's SLO")
                         ] = None,
     hardware: Annotated[str | None, Query(max_length=200, pattern=_Name,
