@@ -38,8 +38,9 @@ import httpx
 
 from advisor import __version__
 from advisor.errors import AdvisorError, WorkloadError
-from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStore
+from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
+from knowledge.validity import is_usable
 from objectives import SLO, parse_slo
 from objectives.hardware import fingerprint
 from objectives.llm.reference import ReferenceHarness, ReferenceRun, clamp_lengths
@@ -519,12 +520,15 @@ class _Recorder:
                                    margin=b.margin(float(measurement.metrics[b.metric])))
                    for b in self.slo.bounds if b.metric in measurement.metrics]
         metric = self.objective.partition(":")[2]
+        usable = is_usable(measurement.details)
         stored = self.store.complete_trial(
             rec.id or 0, metrics=measurement.metrics, engine_versions=measurement.engine_versions,
             details=measurement.details, margins=margins,
-            feasible=len(margins) == len(self.slo.bounds) and all(m.margin <= 0 for m in margins),
+            feasible=usable and len(margins) == len(self.slo.bounds)
+            and all(m.margin <= 0 for m in margins),
             objective_value=float(measurement.metrics.get(metric, float("nan"))),
-            duration_s=float(details.get("load_duration_s", 0.0)))
+            duration_s=float(details.get("load_duration_s", 0.0)),
+            status=TrialStatus.COMPLETE if usable else TrialStatus.INVALID)
         return stored.id or 0
 
 
