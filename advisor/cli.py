@@ -6,6 +6,7 @@ traceback. Human output goes through rich; ``--json`` gives machine-readable out
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import logging
@@ -934,6 +935,44 @@ def serve_cmd(
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+@app.command("dashboard")
+def dashboard_cmd(
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+) -> None:
+    """Open optuna-dashboard on the store: the Optuna study of every tuning run, with its SLO,
+    objective and workload, each trial's SLO margins, and the best trial that met the SLO.
+
+    Imported studies (shipped knowledge, `knowledge import`) get an Optuna study first, built
+    from their stored trials, so they show too. Needs the `dashboard` extra.
+    """
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    import optuna
+
+    from advisor.dashboard import backfill_optuna_studies, dashboard_app
+    from advisor.driver import optuna_storage
+
+    settings = _settings()
+    store = _store(settings)
+    storage = optuna_storage(store.url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    created = backfill_optuna_studies(store, storage)
+    if created:
+        err.print(f"built the Optuna studies of {created} imported studies (once per store)")
+    wsgi_app = dashboard_app(storage)
+
+    class _Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # one line per request: noise
+            log.debug(format, *args)
+
+    with make_server(host, port, wsgi_app, handler_class=_Quiet) as server:
+        err.print(f"optuna-dashboard on http://{host}:{port}/dashboard (Ctrl-C stops it)")
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
 
 
 @app.command("worker")

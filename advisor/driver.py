@@ -753,13 +753,17 @@ def tell_constraints(otrial: optuna.Trial, slo: SLO, metrics: Mapping[str, float
     """Hand a measured trial's SLO margins to Optuna (its samplers and optuna-dashboard), before
     it is told complete: one constraint per SLO bound, in the SLO's order, ``<= 0`` means met.
 
-    The measured SLO metrics and whether the SLO held also become user attributes, so the
-    dashboard's trial table shows them by name. Idempotent: recovery may tell a trial again.
+    The measured SLO metrics, each bound's margin (``margin p95_latency_ms<=1``) and whether the
+    SLO held also become user attributes: the dashboard uses the constraint list only to grey out
+    infeasible trials in its plots, and shows user attributes by name in its trial table.
+    Idempotent: recovery may tell a trial again.
     """
     margins = [bound.margin(float(metrics[bound.metric])) for bound in slo.bounds]
     otrial.storage.set_trial_system_attr(otrial._trial_id, DASHBOARD_CONSTRAINTS_KEY, margins)
     for metric in slo.metrics:
         otrial.set_user_attr(metric, float(metrics[metric]))
+    for bound, margin in zip(slo.bounds, margins, strict=True):
+        otrial.set_user_attr(f"margin {bound}", margin)
     otrial.set_user_attr("slo_met", all(m <= 0 for m in margins))
 
 
