@@ -1161,7 +1161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        code = app(args=args, standalone_mode=False)
+        code = app(args=args, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
         if debug:
             raise
