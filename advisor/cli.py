@@ -141,6 +141,7 @@ def _knob_range(knob: Any) -> str:
 
 @app.command("targets")
 def targets_cmd(
+    wide: Annotated[bool, typer.Option("--wide", help=_WIDE_HELP)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List the targets (engines) you can tune and their knobs."""
@@ -168,12 +169,11 @@ def targets_cmd(
         table = Table(show_edge=False, pad_edge=False)
         for col_name in ("knob", "type", "range / choices", "default", "unit", "engine flag",
                          "applies when"):
-            table.add_column(col_name)
-        for k in t["knobs"]:
-            when = "; ".join(f"{n} in {v}" for n, v in k["when"].items())
-            table.add_row(k["name"], k["type"], k["range"], str(k["default"]), k["unit"],
-                          k["flag"] or "", when)
-        out.print(table)
+            table.add_column(col_name, overflow="fold")
+        rows = [[k["name"], k["type"], k["range"], str(k["default"]), k["unit"], k["flag"] or "",
+                 "; ".join(f"{n} in {', '.join(map(str, v))}" for n, v in k["when"].items())]
+                for k in t["knobs"]]
+        emit_table(out, table, rows, table_format(wide, False))
         out.print()
 
 
