@@ -40,7 +40,7 @@ from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, Study
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
-from advisor.presets import check_model, resolve_workload
+from advisor.presets import check_model, known_model, resolve_workload
 from advisor.recommend import (
     ModelRecommendation,
     PredictedMetric,
@@ -677,7 +677,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
         if rec.borrowed_workload:
             out.print(f"Nearest measured workload: {rec.borrowed_workload['name']} "
                       f"{rec.borrowed_workload['features']}")
-        _print_tune_command(rec.tune_command, "To cover it")
+        _print_tune_command(rec.tune_command, "To cover it", rec.model)
         return
     ctx = rec.context or {}
     if rec.borrowed_workload:
@@ -700,7 +700,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
             alt = rec.measured_alternative
             out.print(f"Measured evidence: trial {alt['trial_id']} met this SLO at this workload "
                       f"({escape(_compact(alt['config']))}); `--measured` answers from it.")
-        _print_tune_command(rec.tune_command, "To cover this SLO")
+        _print_tune_command(rec.tune_command, "To cover this SLO", rec.model)
         if explain:
             _print_evidence(rec)
         return
@@ -732,9 +732,13 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
               soft_wrap=True)
 
 
-def _print_tune_command(command: str | None, why: str) -> None:
+def _print_tune_command(command: str | None, why: str, model: str | None = None) -> None:
     """``why, run: <command>`` on lines of their own and never wrapped (pasted into a shell)."""
-    if command is None:  # the reason printed above says why no command can cover it
+    if command is None:
+        if model is not None and not known_model(model):
+            out.print(f"{why}, tune a local copy of {model!r}: advisor tune --model DIR (a "
+                      f"directory holding its config.json); {model!r} is not one of the model "
+                      f"shapes advisor tune knows ({', '.join(MODEL_SHAPES)}).", soft_wrap=True)
         return
     out.print(f"{why}, run:")
     out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
