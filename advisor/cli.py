@@ -947,11 +947,11 @@ def dashboard_cmd(
                     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
 ) -> None:
-    """Open optuna-dashboard on the store: the Optuna study of every tuning run, with its SLO,
-    objective and workload, each trial's SLO margins, and the best trial that met the SLO.
+    """Open optuna-dashboard on the store: each study's SLO and the best trial that met it.
 
-    Imported studies (shipped knowledge, `knowledge import`) get an Optuna study first, built
-    from their stored trials, so they show too. Needs the `dashboard` extra.
+    Every study shows its SLO, objective and workload; every trial its SLO margins. Imported
+    studies (shipped knowledge, `knowledge import`) get an Optuna study first, built from their
+    stored trials, so they show too. Needs the `dashboard` extra.
     """
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 

@@ -17,8 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 __all__ = ["TableFormat", "choice", "emit_table", "is_help_request", "positive",
-           "table_format",
-           "usage_message"]
+           "table_format", "usage_message"]
 
 TableFormat = str  # "table", "wide" or "csv"
 #: Width kept for a column whose longest word does not fit (rich folds its words).
@@ -43,8 +42,7 @@ def choice(choices: Sequence[str]) -> dict[str, Any]:
     The choices come from the registries (samplers, surrogate families, statuses), so adding one
     there adds it here; the value stays a plain ``str`` for the command.
     """
-    return {"metavar": "|".join(choices), "callback": _one_of(list(choices)),
-            "show_choices": True}
+    return {"metavar": "|".join(choices), "callback": _one_of(list(choices))}
 
 
 def positive(value: float | None) -> float | None:
@@ -75,8 +73,8 @@ def usage_message(exc: typer.TyperException) -> str:
             ("No such command", "Missing command")):
         extra = f"; commands: {', '.join(ctx.command.list_commands(ctx))}"
     elif ctx is not None and name == "NoSuchOption" and not getattr(exc, "possibilities", None):
-        options = [o for p in ctx.command.get_params(ctx) for o in getattr(p, "opts", [])
-                   if o.startswith("--")]
+        options = [o for p in ctx.command.get_params(ctx) if not getattr(p, "hidden", False)
+                   for o in getattr(p, "opts", []) if o.startswith("--")]
         extra = f"; options: {', '.join(options)}"
     return f"{path}: {message}{extra} (see '{path} --help')"
 
