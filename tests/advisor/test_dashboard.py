@@ -32,7 +32,8 @@ from knowledge.transfer import export_jsonl, import_jsonl
 from objectives import parse_slo
 from tests.scripted_target import ScriptedTarget
 
-pytest.importorskip("optuna_dashboard")
+if os.environ.get("CI") != "true":  # CI installs the dashboard extra (scripts/quickstart.sh)
+    pytest.importorskip("optuna_dashboard")
 
 ROOT = Path(__file__).resolve().parents[2]
 SLO = "p95_latency_ms<=1,recall_at_10>=0.8"
@@ -178,6 +179,8 @@ def test_advisor_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
     test's temporary directory."""
     browser = _chromium()
     if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     db_url = f"sqlite:///{tmp_path / 'advisor.db'}"
     result = _run_study(db_url, tmp_path)
