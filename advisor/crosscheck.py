@@ -286,6 +286,7 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
                "engine_versions": target.engine_versions(), "clamped_lengths": clamped,
                "reference": None if harness is None else harness.name,
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    slo = parse_slo(plan.slo or target.default_slo)
     recorder = (_Recorder(store, plan, target, report.session)
                 if store is not None and plan.store_as else None)
     started = time.perf_counter()
@@ -294,7 +295,7 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
         served = series[rate_index]
         rate = plan.rates[rate_index]
         say(f"[{label}] {rate:g} req/s, round {round_ + 1}/{plan.repeats}: advisor client")
-        one = _measure_advisor(target, running, served, label, rate, round_)
+        one = _measure_advisor(target, running, served, label, rate, round_, slo)
         one.at_s = time.perf_counter() - started
         if recorder is not None and one.error is None:
             one.trial_id = recorder.record(one, running, workloads[rate_index], served)
@@ -372,7 +373,7 @@ def _server_facts(endpoint: _Endpoint) -> dict[str, Any]:
 
 
 def _measure_advisor(target: ServingTarget, endpoint: _Endpoint, served: ServingWorkload,
-                     label: str, rate: float, round_: int) -> Measured:
+                     label: str, rate: float, round_: int, slo: SLO) -> Measured:
     one = Measured("advisor", label, rate, round_)
     try:
         if endpoint.running is not None:
@@ -387,6 +388,10 @@ def _measure_advisor(target: ServingTarget, endpoint: _Endpoint, served: Serving
     except AdvisorError as exc:
         one.error = f"{type(exc).__name__}: {exc}"
         return one
+    # Goodput at the plan's SLO (the per-request bounds), as a stored trial reports it.
+    scored = target.apply_slo(Measurement(metrics=metrics, engine_versions={}, details=details,
+                                          duration_s=0.0), slo)
+    metrics = dict(scored.metrics)
     one.metrics, one.server = metrics, details.get("server_metrics", {})
     one.validity, one.reasons = details.get("validity"), details.get("validity_reasons", [])
     one.checks = details.get("validity_checks", [])
