@@ -64,7 +64,8 @@ from objectives.measurement import Measurement
 from objectives.registry import get_target
 from objectives.workload import Workload, canonical_json
 
-__all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "run_crosscheck"]
+__all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "compare_row",
+           "run_crosscheck", "write_report"]
 
 #: The agreement the issue asks of the advisor's client: within 15 % of the reference.
 GOAL_RELATIVE = 0.15
@@ -174,7 +175,7 @@ class CrosscheckReport:
                 ref = self._first("reference", label, rate)
                 if adv is None:
                     continue
-                out.append(_row(label, rate, adv, ref))
+                out.append(compare_row(label, rate, adv, ref))
         return out
 
     def _first(self, kind: str, label: str, rate: float) -> Measured | None:
@@ -198,7 +199,10 @@ def _server_figure(server: Mapping[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def _row(label: str, rate: float, adv: Measured, ref: Measured | None) -> dict[str, Any]:
+def compare_row(label: str, rate: float, adv: Measured, ref: Measured | None
+                ) -> dict[str, Any]:
+    """One config and rate side by side: each figure of the advisor, the reference and the
+    server's view of each window, their ratio, and the goal's verdict on the goal figures."""
     row: dict[str, Any] = {"config": label, "rate_rps": rate,
                            "advisor_validity": adv.validity,
                            "reference_validity": None if ref is None else ref.validity,

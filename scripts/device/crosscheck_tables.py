@@ -2,6 +2,7 @@
 reports (docs/benchmarks/h200-crosscheck-2026-12-01/*.jsonl), so every figure there can be
 re-derived: ``python scripts/device/crosscheck_tables.py [REPORT_DIR]``.
 
+0. The goal of the crosscheck per config, rate and figure.
 1. Crosscheck: per config and rate, the advisor's first measurement and the reference's
    (`vllm bench serve`), each beside the server's view of its own window (TTFT mean, TTFT p95
    bucket, TPOT p95 bucket), and the verdicts.
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from advisor.crosscheck import GOAL_METRICS, Measured, compare_row
 from advisor.paired import PairedComparisonError, Repeat, compare
 from objectives.llm.validity import rejudge
 
@@ -94,6 +96,32 @@ def session(path: Path) -> str:
     raise ValueError(f"{path} has no header line (an interrupted run); pass its session")
 
 
+def goal_table(ms: list[Mapping[str, Any]], title: str) -> list[str]:
+    """The issue's goal per config and rate: each goal figure of the advisor within 15 % of the
+    reference, or agreeing with the server's view of the same window (the gate's check)."""
+    out = [f"**{title}**", "", "| config | req/s | figure | advisor | vllm bench serve | ratio "
+           "| within 15 % of the reference | agrees with the server | goal |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    firsts: dict[tuple[str, float, str], Measured] = {}
+    for m in ms:
+        fields = {k: m[k] for k in ("kind", "config", "rate_rps", "round", "metrics", "server",
+                                    "validity", "reasons", "checks")}
+        firsts.setdefault((m["config"], m["rate_rps"], m["kind"]), Measured(**fields))
+    for (config, rate, kind), adv in sorted(firsts.items()):
+        if kind != "advisor":
+            continue
+        row = compare_row(config, rate, adv, firsts.get((config, rate, "reference")))
+        for metric in GOAL_METRICS:
+            f = row["figures"][metric]
+            ratio = f.get("ratio")
+            out.append(f"| {config} | {rate:g} | {metric} | {_f(f['advisor'], 1)} "
+                       f"| {_f(f['reference'], 1)} | {'-' if ratio is None else f'{ratio:.2f}'} "
+                       f"| {'yes' if f['within_goal_of_reference'] else 'no'} "
+                       f"| {'yes' if f['agrees_with_server'] else 'no'} "
+                       f"| {'met' if f['goal_met'] else '**missed**'} |")
+    return out
+
+
 def repeats_table(ms: Iterable[Mapping[str, Any]], title: str) -> list[str]:
     groups: dict[tuple[str, float], list[Mapping[str, Any]]] = defaultdict(list)
     for m in ms:
@@ -163,6 +191,11 @@ def main(folder: Path, trials: Path) -> None:
     ids = sessions_in(trials)
     stored = {name: trial_measurements(trials, sid) for name, sid in ids.items()}
     blocks = [
+        goal_table([m for m in defaults if m["rate_rps"] in (15, 45, 75)],
+                   "The goal, 8B defaults at 15 / 45 / 75 req/s"),
+        goal_table([m for m in paired if m["config"] == "best-sampled"],
+                   "The goal, a non-default config (8B, best-sampled, co-resident)"),
+        goal_table(small, "The goal, 1B defaults"),
         crosscheck_table(defaults, "8B, vLLM defaults alone on the GPU"),
         crosscheck_table([m for m in paired if m["config"] == "best-sampled"],
                          "8B, the old best sampled config (co-resident, 0.45 of the GPU)"),
