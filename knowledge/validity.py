@@ -3,8 +3,10 @@ label lets it into the knowledge base's models, answers and "best" figures.
 
 A measurement carries ``details["validity"]`` when its target can cross-check itself (an LLM
 serving target compares its client timings with the server's own metrics). Usable labels:
-absent (targets with no client/server split, e.g. FAISS), ``"valid"`` (checked and agreeing) and
-``"unchecked"`` (the engine exposes no independent server-side timing; kept, labelled). Every
+absent (targets with no client/server split, e.g. FAISS), ``"valid"`` (checked and agreeing),
+``"frontend_delay"`` (a healthy client read more than the server's histograms: latency before
+they start) and ``"unchecked"`` (the engine exposes no independent server-side timing; kept,
+labelled). Every
 other label (``"client_bound"``, ``"server_disagrees"``, ``"legacy_unverified"``, ...) makes the
 trial ``invalid``: stored with its metrics and reason, never used.
 """
@@ -18,8 +20,10 @@ __all__ = ["USABLE_VALIDITY", "VALIDITY_KEY", "invalid_reason", "is_usable", "va
 
 #: The details key a measurement's validity label is stored under.
 VALIDITY_KEY = "validity"
-#: Labels whose measurements are used (an absent label is usable too).
-USABLE_VALIDITY = frozenset({"valid", "unchecked"})
+#: Labels whose measurements are used (an absent label is usable too): checked and agreeing,
+#: nothing independent to check against, or a healthy client that saw latency on top of the
+#: server's own histograms (the frontend's delay, real latency: objectives/llm/validity.py).
+USABLE_VALIDITY = frozenset({"valid", "unchecked", "frontend_delay"})
 
 
 def validity_of(details: Mapping[str, Any] | None) -> str | None:

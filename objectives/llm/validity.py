@@ -14,12 +14,14 @@ event loop and send schedule stayed within :data:`MAX_LOOP_LAG_P99_MS` and
   token counts differ (other traffic on the server, a proxy, requests the server never saw);
 - ``unchecked``: the endpoint exposes no usable metrics, so only the client's own lag was checked.
 
-A healthy client that reads *more* than the server is not an error: vLLM stamps a request's
-arrival in its API server after the HTTP layer and tokenisation, so a busy frontend delays
-requests before its histograms start (seen on the H200: client lag p99 1.1 ms with 8 processes,
-TTFT and E2E means both ~260 ms above the server's at 75 req/s, and ``vllm bench serve`` reading
-above the server too). The window stays ``valid`` and the gap is recorded as
-``frontend_delay_ms`` (client minus server TTFT mean): it is latency a user sees.
+- ``frontend_delay``: the client kept up and read *more* than the server beyond the tolerance.
+  vLLM stamps a request's arrival in its API server after the HTTP layer and tokenisation, so a
+  busy frontend delays requests before its histograms start (seen on the H200: client lag p99
+  1.1 ms with 8 processes, TTFT and E2E means both ~260 ms above the server's at 75 req/s, and
+  ``vllm bench serve`` reading above the server too). That is latency a user sees: such a window
+  is used, labelled, with the gap kept as ``frontend_delay_ms`` (client minus server TTFT mean).
+
+``valid`` therefore always means client and server agree within :class:`Tolerance`.
 
 Percentile checks use the bucket a server percentile is known to lie in (``p95_bracket_ms`` from
 :mod:`objectives.llm.server_metrics`): the client's value agrees when it is within tolerance of
@@ -38,9 +40,14 @@ import numpy as np
 from objectives.llm.requests import RequestRecord
 
 __all__ = [
+    "CLIENT_BOUND",
+    "FRONTEND_DELAY",
     "GATE_VERSION",
     "MAX_LOOP_LAG_P99_MS",
     "MAX_SEND_LATE_P99_MS",
+    "SERVER_DISAGREES",
+    "UNCHECKED",
+    "VALID",
     "Check",
     "Tolerance",
     "Verdict",
@@ -50,10 +57,11 @@ __all__ = [
 ]
 
 #: Bumped when the gate's rules change (stored with every verdict). 1: a client reading more than
-#: the server was client-bound; 2: only the client's own health makes it client-bound.
-GATE_VERSION = 2
-VALID, UNCHECKED, CLIENT_BOUND, SERVER_DISAGREES = (
-    "valid", "unchecked", "client_bound", "server_disagrees")
+#: the server was client-bound; 2: only the client's own health makes it client-bound, a healthy
+#: client reading more was valid; 3: that case is ``frontend_delay``, ``valid`` means agreement.
+GATE_VERSION = 3
+VALID, UNCHECKED, CLIENT_BOUND, SERVER_DISAGREES, FRONTEND_DELAY = (
+    "valid", "unchecked", "client_bound", "server_disagrees", "frontend_delay")
 #: A client whose event loop woke later than this at the 99th percentile timed chunks late by as
 #: much: half the TTFT tolerance's absolute floor.
 MAX_LOOP_LAG_P99_MS = 10.0
@@ -157,8 +165,10 @@ def rejudge(details: Mapping[str, Any]) -> str | None:
         late is None and "requests sent late" in reasons)
     if lagging:
         return CLIENT_BOUND
-    if all(c["agrees"] or (c["name"].endswith("_ms") and c["excess"] > 0) for c in checks):
+    if all(c["agrees"] for c in checks):
         return VALID
+    if all(c["agrees"] or (c["name"].endswith("_ms") and c["excess"] > 0) for c in checks):
+        return FRONTEND_DELAY
     return SERVER_DISAGREES
 
 
@@ -271,11 +281,10 @@ def judge(records: Sequence[RequestRecord], server: Mapping[str, Any] | None, *,
     delay = None if ttft_mean is None else ttft_mean.client - ttft_mean.server
     if lagging:
         validity = CLIENT_BOUND
+    elif not failed:
+        validity = VALID
     elif all(c.agrees or (c.name.endswith("_ms") and c.excess > 0) for c in checks):
-        validity = VALID  # what disagrees is latency the client saw on top of the server's
-        if failed:
-            reasons = [f"frontend delay: the client read more than the server ({r})"
-                       for r in reasons]
+        validity = FRONTEND_DELAY  # latency the healthy client saw on top of the server's
     else:
         validity = SERVER_DISAGREES
     return Verdict(validity, tuple(reasons), tuple(checks), lag, late, delay)

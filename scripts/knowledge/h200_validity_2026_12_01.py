@@ -11,9 +11,10 @@ Run from the repository root: ``python scripts/knowledge/h200_validity_2026_12_0
    process that runs them) are ``unchecked``. Each gets ``server_metrics`` saying none were read.
    Unusable verdicts get status ``invalid`` (knowledge/validity.py): kept, never modelled.
 2. The device exports of 2026-12-01 (``advisor knowledge export`` of each call's store) are
-   merged into knowledge/data/h200-vllm-crosscheck-2026-12-01.jsonl; verdicts of the first call,
-   taken by gate version 1, are judged again by the current gate from their stored checks
-   (``objectives.llm.validity.rejudge``), the old verdict kept as ``validity_gate1``.
+   merged into knowledge/data/h200-vllm-crosscheck-2026-12-01.jsonl; verdicts taken by an older
+   gate (the first call's by version 1, the others by version 2) are judged again by the current
+   gate from their stored checks (``objectives.llm.validity.rejudge``), each older verdict kept in
+   ``validity_history``.
 """
 
 from __future__ import annotations
@@ -69,12 +70,14 @@ def mark_legacy(line: dict[str, Any]) -> dict[str, Any]:
 def rejudged(line: dict[str, Any]) -> dict[str, Any]:
     trial = line["trial"]
     details = trial["details"]
-    if details.get("validity_gate", 1) < GATE_VERSION and (verdict := rejudge(details)):
-        details["validity_gate1"] = details["validity"]
+    gate = details.get("validity_gate", 1)
+    if gate < GATE_VERSION and (verdict := rejudge(details)):
+        details.setdefault("validity_history", []).append(
+            {"gate": gate, "validity": details["validity"]})
         details["validity"] = verdict
         details["validity_gate"] = GATE_VERSION
-        details["validity_rejudged"] = ("gate 2 applied to the stored checks, lag and reasons "
-                                        "(2026-12-01)")
+        details["validity_rejudged"] = (f"gate {GATE_VERSION} applied to the stored checks, lag "
+                                        "and reasons (2026-12-01)")
     usable = is_usable(details)
     if trial["status"] in MEASURED:
         trial["status"] = "complete" if usable else "invalid"

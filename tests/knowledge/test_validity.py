@@ -24,7 +24,7 @@ from knowledge.validity import USABLE_VALIDITY, invalid_reason, is_usable, valid
 
 def test_the_usability_rule() -> None:
     assert is_usable(None) and is_usable({}) and is_usable({"pid": 1})  # no label: FAISS & co
-    assert {"valid", "unchecked"} == USABLE_VALIDITY
+    assert {"valid", "unchecked", "frontend_delay"} == USABLE_VALIDITY
     for label in USABLE_VALIDITY:
         assert is_usable({"validity": label}) and invalid_reason({"validity": label}) is None
     for label in ("client_bound", "server_disagrees", "legacy_unverified", "anything-else"):
