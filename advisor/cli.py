@@ -133,6 +133,12 @@ def _global(
 # targets -------------------------------------------------------------------------------------
 
 
+def _miss(margin: float) -> str:
+    """A relative SLO miss for people: a percentage, or "over 100x" once the bound is so far off
+    (a doubled interval on a log scale) that the digits would mean nothing."""
+    return f"{margin:.1%}" if margin < 100 else "over 100x"
+
+
 def _knob_range(knob: Any) -> str:
     if knob.type == "categorical":
         return ", ".join(map(str, knob.choices))
@@ -706,7 +712,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
                   f"its 90% interval (on {where}; {rec.candidates_considered} candidate configs "
                   f"from {ctx.get('trials')} trials).")
         if rec.closest is not None:
-            misses = ", ".join(f"{k} (off by {v:.1%})"
+            misses = ", ".join(f"{k} (off by {_miss(v)})"
                                for k, v in rec.closest["conservative_slo_margins"].items()
                                if v > 0)
             out.print(f"Closest: {escape(_compact(rec.closest['config']))} misses {misses} "
@@ -805,7 +811,7 @@ def _print_recommendation(rec: Recommendation) -> None:
         if rec.reason:
             out.print(f"{escape(rec.reason[:1].upper() + rec.reason[1:])}.", soft_wrap=True)
         if rec.closest is not None:
-            misses = ", ".join(f"{k} (off by {v:.1%})" for k, v in rec.closest_margins.items()
+            misses = ", ".join(f"{k} (off by {_miss(v)})" for k, v in rec.closest_margins.items()
                                if v > 0)
             out.print(f"Closest: trial {rec.closest.id} [{escape(_compact(rec.closest.config))}] "
                       f"misses {misses}.")
