@@ -34,7 +34,7 @@ from knowledge.surrogate import (
 __all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "data_key"]
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 2  # bump whenever a pickled class changes shape
+CACHE_FORMAT = 3  # bump whenever a pickled class changes shape (3: noise_sd_)
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 

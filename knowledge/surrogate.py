@@ -331,6 +331,26 @@ class _LinearBase:
         return out
 
 
+#: The two-sided 90 % normal quantile: repeat noise widens every interval to at least this many
+#: of its standard deviations.
+NOISE_Z = 1.645
+
+
+def _repeat_sd(X: np.ndarray, y: np.ndarray) -> float:
+    """The pooled standard deviation of ``y`` among rows with identical inputs (repeated
+    measurements), 0 without repeats."""
+    groups: dict[bytes, list[float]] = {}
+    for row, value in zip(np.nan_to_num(X, nan=-1e300), y, strict=True):
+        groups.setdefault(row.tobytes(), []).append(float(value))
+    squares, dof = 0.0, 0
+    for values in groups.values():
+        if len(values) > 1:
+            arr = np.asarray(values)
+            squares += float(((arr - arr.mean()) ** 2).sum())
+            dof += len(values) - 1
+    return math.sqrt(squares / dof) if dof else 0.0
+
+
 class IntervalRegressor:
     """A point prediction plus a calibrated ``coverage`` interval, in sklearn's estimator shape.
 
@@ -350,6 +370,8 @@ class IntervalRegressor:
     In every family the raw half-width is multiplied by a factor chosen on out-of-sample residuals
     (out-of-bag for ``forest``; ``calibration_folds`` grouped folds otherwise) so that
     ``coverage`` of those residuals fall inside the interval: normalised conformal calibration.
+    The half-width is never below 1.645 pooled standard deviations of repeated measurements of
+    one input (``noise_sd_``): no model knows a figure better than it can be re-measured.
     """
 
     def __init__(self, *, family: str = DEFAULT_FAMILY, coverage: float = COVERAGE,
@@ -443,6 +465,7 @@ class IntervalRegressor:
             raise ValueError(f"need >= 2 rows with matching X and y, got {X.shape}, {y.shape}")
         g = np.asarray(groups if groups is not None else np.arange(len(y))).astype(str)
         self.n_samples_ = X.shape[0]
+        self.noise_sd_ = _repeat_sd(X, y)
         if self.family in ("forest", "linear-forest"):
             trees, in_bag = self._fit_forest(X, y, g)
             self.estimator_ = trees
@@ -503,7 +526,9 @@ class IntervalRegressor:
         if not hasattr(self, "estimator_"):
             raise RuntimeError("IntervalRegressor is not fitted; call fit() first")
         centre, spread = self._predict_raw(self.estimator_, np.asarray(X, dtype=float))
-        half = self.scale_ * spread
+        # Never narrower than the measurement noise: repeats of one input disagree by that much
+        # whatever the model says (a model of one config's repeats has no spread of its own).
+        half = np.maximum(self.scale_ * spread, NOISE_Z * getattr(self, "noise_sd_", 0.0))
         return centre, centre - half, centre + half
 
     def predict(self, X: np.ndarray) -> np.ndarray:
