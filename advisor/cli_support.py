@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +22,9 @@ __all__ = ["TableFormat", "choice", "emit_table", "is_help_request", "positive",
 
 TableFormat = str  # "table", "wide" or "csv"
 #: Width kept for a column whose longest word does not fit (rich folds its words).
-_FOLDED_WIDTH = 12
+_FOLDED_WIDTH = 8
+#: Where a word too long for its column may be broken: after these (study names, SLOs, knobs).
+_BREAK_AFTER = re.compile(r"(?<=[-/@,_=])")
 
 
 def _one_of(choices: Sequence[str]) -> Callable[[Any], Any]:
@@ -104,9 +107,9 @@ def emit_table(console: Console, table: Table, rows: Sequence[Sequence[str]], fm
         writer.writerows(rows)
         console.file.write(buffer.getvalue())
         return
-    for row in rows:
-        table.add_row(*row)
     if fmt == "wide":
+        for row in rows:
+            table.add_row(*row)
         for column in table.columns:
             column.no_wrap, column.overflow = True, "ignore"
         # A console as wide as the widest row; the table is not expanded, so no padding.
@@ -116,6 +119,9 @@ def emit_table(console: Console, table: Table, rows: Sequence[Sequence[str]], fm
         wide.print(table, crop=False)
         return
     folded = _fit_columns(table, rows, console.width)
+    for row in rows:
+        table.add_row(*(_break_long_words(cell, table.columns[i].width)
+                        for i, cell in enumerate(row)))
     console.print(table)
     if folded and console.is_terminal:
         console.print("[dim](too narrow for whole words: --wide or --csv shows every row on "
@@ -161,6 +167,31 @@ def _fit_columns(table: Table, rows: Sequence[Sequence[str]], width: int) -> boo
     for column, w in zip(table.columns, widths, strict=True):
         column.width = max(w, 1)
     return folded
+
+
+def _break_long_words(cell: str, width: int | None) -> str:
+    """``cell`` with each word longer than ``width`` split over lines after a ``-``, ``/``,
+    ``@``, ``,``, ``_`` or ``=`` (``h200-vllm-8b-`` / ``chat-60rps``,
+    ``gpu_memory_utilization=`` / ``0.7385``), so a word that must wrap wraps where it can be
+    read; a piece still too long is left to rich, which folds it."""
+    if width is None or len(cell) <= width:
+        return cell
+    lines = []
+    for line in cell.split("\n"):
+        words = []
+        for word in line.split(" "):
+            if len(word) <= width:
+                words.append(word)
+                continue
+            pieces, current = [], ""
+            for piece in _BREAK_AFTER.split(word):
+                if current and len(current) + len(piece) > width:
+                    pieces.append(current)
+                    current = ""
+                current += piece
+            words.append("\n".join([*pieces, current]))
+        lines.append(" ".join(words))
+    return "\n".join(lines)
 
 
 def _natural_width(console: Console, table: Table) -> int:

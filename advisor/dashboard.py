@@ -34,6 +34,7 @@ from advisor.driver import DASHBOARD_CONSTRAINTS_KEY, StudyDriver, describe_optu
 from advisor.errors import AdvisorError
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
+from knowledge.validity import invalid_reason
 from objectives import SLO
 from objectives.registry import get_target
 from search_spaces import Knob, SearchSpace
@@ -119,8 +120,10 @@ def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStor
 
     Each stored trial becomes an Optuna trial: a measured one complete, with its objective, its
     SLO margins as constraints and the same user attributes a tuned trial gets; a failed one
-    failed. The Optuna study is marked ``imported`` and is a record only: imported studies are
-    not resumed (their sampler history stayed in the database they were run against).
+    failed, and so is an invalid one (measured, but it failed its validity check: the driver
+    tells Optuna the same), with the reason as its ``invalid`` attribute. The Optuna study is
+    marked ``imported`` and is a record only: imported studies are not resumed (their sampler
+    history stayed in the database they were run against).
     """
     existing = {s.study_name for s in storage.get_all_studies()}
     created = 0
@@ -138,8 +141,7 @@ def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: Study
         space: SearchSpace | None = get_target(study.target).space()
     except AdvisorError:  # a target this install does not have: knobs become categorical
         space = None
-    records = [r for r in store.trials_of_study(study.id or 0)
-               if r.status in (TrialStatus.COMPLETE, TrialStatus.FAILED)]
+    records = [r for r in store.trials_of_study(study.id or 0) if r.status in TrialStatus.FINISHED]
     # One distribution per knob for the whole study (Optuna refuses a categorical whose choices
     # change between trials), covering every value the trials hold.
     seen: dict[str, list[Any]] = {}
@@ -164,7 +166,9 @@ def _frozen_trial(rec: TrialRecord, slo: SLO, distributions: dict[str, BaseDistr
         user_attrs["advisor_role"] = role
     measured = rec.status == TrialStatus.COMPLETE and rec.objective_value is not None and all(
         rec.metrics.get(m) is not None for m in slo.metrics)
-    if not measured:
+    if rec.status == TrialStatus.INVALID:  # measured, failed its validity check: never used
+        user_attrs["invalid"] = invalid_reason(rec.details)
+    elif not measured:
         user_attrs["error"] = f"{rec.error_type}: {(rec.error or '').splitlines()[0][:200]}" \
             if rec.error else str(rec.error_type)
         return _dated(rec, optuna.trial.create_trial(
