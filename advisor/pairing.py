@@ -26,9 +26,10 @@ from objectives.workload import canonical_json
 if TYPE_CHECKING:
     from advisor.driver import StudyDriver
 
-__all__ = ["BEST", "DEFAULT", "PROVENANCE_KEY", "Arm", "QueueResult", "arm_of", "block_id",
-           "block_of", "comparison_in", "directions", "incumbent", "is_paired",
-           "latest_block", "queue_interleaved", "stored_comparison"]
+__all__ = ["BEST", "DEFAULT", "PROVENANCE_KEY", "SWEEP_REPEAT_ROLE", "Arm", "QueueResult",
+           "arm_of", "block_id", "block_of", "comparison_in", "directions", "incumbent",
+           "is_paired", "latest_block", "outcome", "pending", "queue_interleaved",
+           "stored_comparison"]
 
 BEST, DEFAULT = "best", "default"
 #: ``StudyRecord.data_provenance`` key holding the study's best-vs-default comparison (or why
