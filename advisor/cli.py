@@ -6,6 +6,7 @@ traceback. Human output goes through rich; ``--json`` gives machine-readable out
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import logging
@@ -27,13 +28,21 @@ from rich.table import Table
 
 from advisor import __version__
 from advisor.cheatsheet import build_cheatsheet
+from advisor.cli_support import (
+    choice,
+    emit_table,
+    is_help_request,
+    positive,
+    table_format,
+    usage_message,
+)
 from advisor.cli_views import baseline_text, paired_table
 from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
-from advisor.presets import resolve_workload
+from advisor.presets import check_model, known_model, resolve_workload
 from advisor.recommend import (
     ModelRecommendation,
     PredictedMetric,
@@ -41,24 +50,32 @@ from advisor.recommend import (
     RecommendationQuery,
     recommend,
     recommend_measured,
+    trial_model,
 )
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
-from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate
+from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate, workload_features
 from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
 from knowledge.validity import invalid_reason, validity_of
 from objectives import parse_slo
 from objectives.hardware import hardware_key
+from objectives.llm.models import MODEL_SHAPES
 from objectives.llm.workload import KIND as LLM_KIND
 from objectives.llm.workload import at_rate
-from objectives.registry import get_target, target_names
+from objectives.registry import TARGETS, get_target, target_names
 from objectives.target import Target
 from objectives.workload import Workload
 
 __all__ = ["app", "main"]
 
 log = logging.getLogger(__name__)
+#: ``--target`` in --help: the built-in targets (out-of-tree ones are accepted too).
+_TARGETS = "|".join(sorted(TARGETS))
+_MODELS = "|".join([*MODEL_SHAPES, "DIR"])
+_WIDE_HELP = "One line per row, however wide (for wide terminals or `less -S`)."
+_CSV_HELP = "Comma-separated values with a header row (wins over --wide)."
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 app = typer.Typer(
     name="advisor",
     help="SLO-driven tuning advisor for LLM, RAG and vector-search serving.\n\n"
@@ -91,17 +108,23 @@ def _store(settings: Settings | None = None) -> TrialStore:
     return store
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: eager, so it answers before click asks for a command."""
+    if value:
+        out.print(f"slo-advisor {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(
     db_url: Annotated[str | None, typer.Option(
         "--db-url", help="SQLAlchemy URL of the trial store (default: $ADVISOR_DB_URL, else a "
                          "SQLite file in your user data dir).")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print the version and exit.")] = False,
 ) -> None:
-    if version:
-        out.print(f"slo-advisor {__version__}")
-        raise typer.Exit()
     _State.debug, _State.db_url = debug, db_url
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -121,6 +144,7 @@ def _knob_range(knob: Any) -> str:
 
 @app.command("targets")
 def targets_cmd(
+    wide: Annotated[bool, typer.Option("--wide", help=_WIDE_HELP)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List the targets (engines) you can tune and their knobs."""
@@ -148,12 +172,11 @@ def targets_cmd(
         table = Table(show_edge=False, pad_edge=False)
         for col_name in ("knob", "type", "range / choices", "default", "unit", "engine flag",
                          "applies when"):
-            table.add_column(col_name)
-        for k in t["knobs"]:
-            when = "; ".join(f"{n} in {v}" for n, v in k["when"].items())
-            table.add_row(k["name"], k["type"], k["range"], str(k["default"]), k["unit"],
-                          k["flag"] or "", when)
-        out.print(table)
+            table.add_column(col_name, overflow="fold")
+        rows = [[k["name"], k["type"], k["range"], str(k["default"]), k["unit"], k["flag"] or "",
+                 "; ".join(f"{n} in {', '.join(map(str, v))}" for n, v in k["when"].items())]
+                for k in t["knobs"]]
+        emit_table(out, table, rows, table_format(wide, False))
         out.print()
 
 
@@ -228,8 +251,8 @@ def _compact(config: dict[str, Any]) -> str:
 
 @app.command("tune")
 def tune_cmd(
-    target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).")
-                      ] = "faiss",
+    target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).",
+                                        metavar=_TARGETS)] = "faiss",
     slo: Annotated[str | None, typer.Option(
         help='SLO to meet, e.g. "p95_latency_ms<=1,recall_at_10>=0.95". Default: the target\'s.'
     )] = None,
@@ -246,18 +269,23 @@ def tune_cmd(
     workload: Annotated[str | None, typer.Option(
         help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
     model: Annotated[str | None, typer.Option(
-        help="LLM targets: a model shape (tiny-llama, llama-3.2-1b, llama-3-8b; random weights) "
-             "or a local model path. Sets the workload's `model`.")] = None,
+        help="LLM targets: a model shape (random weights) or a local model directory. Sets the "
+             "workload's `model`.", metavar=_MODELS)] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
                                  "n_base=5000.")] = None,
-    sampler: Annotated[str, typer.Option(help=f"Search algorithm: {', '.join(SAMPLERS)}.")
+    sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLERS))
                        ] = "tpe",
     seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
                     ] = None,
+    trial_timeout: Annotated[float | None, typer.Option(
+        "--trial-timeout", callback=positive,
+        help="Kill and fail a trial after this many seconds; each trial has its own limit "
+             "(default $ADVISOR_TRIAL_TIMEOUT_S or 300).")] = None,
     timeout: Annotated[float | None, typer.Option(
-        help="Kill and fail a trial after this many seconds (default $ADVISOR_TRIAL_TIMEOUT_S "
-             "or 300).")] = None,
+        "--timeout", callback=positive, hidden=True,
+        help="Deprecated alias of --trial-timeout (a per-trial limit, not the study's).")
+    ] = None,
     memory_limit_mb: Annotated[int | None, typer.Option(
         help="Address-space limit of each trial process, in MiB.")] = None,
     include_default: Annotated[bool, typer.Option(
@@ -266,7 +294,7 @@ def tune_cmd(
         "--also-rate", help="LLM serving targets: also measure every trial's config at this "
         "arrival rate in req/s (repeatable), on the same engine start, as a trial of the study "
         "<name>@<rate>rps. Same arrival window (requests scale with the rate), other prompts. "
-        "--timeout covers the whole trial.")] = None,
+        "--trial-timeout covers the whole trial.")] = None,
     enqueue: Annotated[list[str] | None, typer.Option(
         "--enqueue", help="Measure this config first, after the engine default (repeatable): a "
         "YAML/JSON mapping of knobs, e.g. '{max_num_seqs: 256, enable_chunked_prefill: false}', "
@@ -284,11 +312,19 @@ def tune_cmd(
     trial) and is stored, failed ones included. SIGTERM stops the study as Ctrl-C does: the
     running trial is stopped and recorded as interrupted, and `--resume` re-queues its config.
     """
+    if timeout is not None:
+        if trial_timeout is not None:
+            raise AdvisorError("give --trial-timeout only (--timeout is its deprecated alias)")
+        err.print("[yellow]--timeout is deprecated[/yellow]: it limits each trial, so it is now "
+                  "--trial-timeout", soft_wrap=True)
+        trial_timeout = timeout
+    if model is not None:
+        check_model(model)
     _sigterm_interrupts()
     settings = _settings()
     updates: dict[str, Any] = {}
-    if timeout is not None:
-        updates["trial_timeout_s"] = timeout
+    if trial_timeout is not None:
+        updates["trial_timeout_s"] = trial_timeout
     if memory_limit_mb is not None:
         updates["trial_memory_limit_mb"] = memory_limit_mb
     settings = settings.model_copy(update=updates)
@@ -471,6 +507,8 @@ def _trial_json(t: TrialRecord | None) -> dict[str, Any] | None:
 @app.command("studies")
 def studies_cmd(
     target: Annotated[str | None, typer.Option(help="Only studies of this target.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help=_WIDE_HELP)] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help=_CSV_HELP)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List stored studies with their trial counts."""
@@ -492,12 +530,11 @@ def studies_cmd(
     table = Table()
     for c in ("id", "name", "target", "status", "trials", "complete", "failed", "SLO",
               "objective", "hardware"):
-        table.add_column(c)
-    for r in rows:
-        table.add_row(str(r["id"]), r["name"], r["target"], r["status"],
-                      f"{r['trials']}/{r['requested']}", str(r["complete"]), str(r["failed"]),
-                      r["slo"], r["objective"], r["hardware_key"])
-    out.print(table)
+        table.add_column(c, overflow="fold")
+    emit_table(out, table, [
+        [str(r["id"]), r["name"], r["target"], r["status"], f"{r['trials']}/{r['requested']}",
+         str(r["complete"]), str(r["failed"]), r["slo"], r["objective"], r["hardware_key"]]
+        for r in rows], table_format(wide, as_csv))
 
 
 @app.command("trials")
@@ -505,18 +542,18 @@ def trials_cmd(
     target: Annotated[str | None, typer.Option(help="Only trials of this target.")] = None,
     study: Annotated[str | None, typer.Option(help="Only trials of this study (name).")] = None,
     status: Annotated[str | None, typer.Option(
-        help=f"Only trials in this state: {', '.join(TrialStatus.ALL)}.")] = None,
+        help="Only trials in this state.", **choice(TrialStatus.ALL))] = None,
     feasible: Annotated[bool | None, typer.Option(
         "--feasible/--infeasible", help="Only trials that met / missed their study's SLO.",
         show_default=False)] = None,
     hardware: Annotated[str | None, typer.Option(
         help="Only trials whose hardware key contains this text (e.g. h200, cpu).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
+    wide: Annotated[bool, typer.Option("--wide", help=_WIDE_HELP)] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help=_CSV_HELP)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="All fields, as JSON.")] = False,
 ) -> None:
     """List stored trials (failed ones show their reason)."""
-    if status is not None and status not in TrialStatus.ALL:
-        raise AdvisorError(f"unknown status {status!r}; choose one of {', '.join(TrialStatus.ALL)}")
     store = _store()
     matching = store.list_trials(TrialFilter(target=target, study=study, status=status,
                                              feasible=feasible, hardware_key=hardware))
@@ -527,14 +564,17 @@ def trials_cmd(
     if as_json:
         out.print_json(data=[r.model_dump(mode="json") for r in rows])
         return
-    if not rows:
+    if not rows and not as_csv:
         out.print("no trials match")
         return
     studies = {s.id: s for s in store.list_studies()}
     table = Table()
     for c in ("id", "study", "#", "status", "validity", "SLO", "objective", "metrics",
               "config / error"):
-        table.add_column(c, overflow="fold")
+        # Short columns never wrap; the long ones wrap at spaces (fold only what has none).
+        table.add_column(c, no_wrap=c in ("id", "#", "status", "SLO", "objective"),
+                         overflow="fold")
+    cells: list[list[str]] = []
     for r in rows:
         s = studies.get(r.study_id)
         slo_metrics = parse_slo(s.slo).metrics if s else []
@@ -544,10 +584,10 @@ def trials_cmd(
             f"{r.error_type}: {(r.error or '').splitlines()[0][:120] if r.error else ''}"
         slo_mark = "-" if r.status == TrialStatus.INVALID else \
             {True: "met", False: "missed", None: "-"}[r.feasible]
-        table.add_row(str(r.id), s.name if s else "?", str(r.number), r.status,
+        cells.append([str(r.id), s.name if s else "?", str(r.number), r.status,
                       invalid_reason(r.details) or validity_of(r.details) or "-", slo_mark,
-                      _fmt(r.objective_value), metrics, tail)
-    out.print(table)
+                      _fmt(r.objective_value), metrics, tail])
+    emit_table(out, table, cells, table_format(wide, as_csv))
 
 
 # recommend -----------------------------------------------------------------------------------
@@ -578,7 +618,7 @@ def _workload_query(rate_rps: float | None, prompt_len: float | None, output_len
 def recommend_cmd(
     slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
                                           'recall_at_10>=0.95".')],
-    target: Annotated[str, typer.Option(help="Target engine.")] = "faiss",
+    target: Annotated[str, typer.Option(help="Target engine.", metavar=_TARGETS)] = "faiss",
     objective: Annotated[str | None, typer.Option(
         help="What to optimise among configs meeting the SLO (default: the target's).")] = None,
     hardware: Annotated[str, typer.Option(
@@ -599,8 +639,9 @@ def recommend_cmd(
         "--explain", help="Show the evidence trials, intervals, model quality and the "
                           "reasoning behind the confidence.")] = False,
     measured: Annotated[bool, typer.Option(
-        "--measured", help="Only measured evidence: the best stored trial meeting the SLO, no "
-                           "models (the workload options are ignored).")] = False,
+        "--measured", help="Only measured evidence: the best stored trial meeting the SLO on "
+                           "this hardware, model and workload (or the nearest measured "
+                           "workload, named), no models.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Recommend a config for an SLO.
@@ -615,10 +656,11 @@ def recommend_cmd(
     hw = None if hardware == "any" else hardware_key() if hardware == "this" else hardware
     settings = _settings()
     store = _store(settings)
+    workload = _workload_query(rate_rps, prompt_len, output_len, n_vectors, dim)
     if measured:
         rec = recommend_measured(store, target=target, slo=parse_slo(slo),
                                  objective=Objective.parse(objective or tgt.default_objective),
-                                 hardware_key=hw)
+                                 hardware_key=hw, model=model, workload=workload)
         if as_json:
             out.print_json(data=rec.to_dict())
         else:
@@ -626,9 +668,8 @@ def recommend_cmd(
         if not rec.found:
             raise typer.Exit(1)
         return
-    query = RecommendationQuery(
-        target=target, slo=slo, hardware=hw, model=model, objective=objective,
-        workload=_workload_query(rate_rps, prompt_len, output_len, n_vectors, dim))
+    query = RecommendationQuery(target=target, slo=slo, hardware=hw, model=model,
+                                objective=objective, workload=workload)
     # Validate the question before fitting anything, so a typo answers at once.
     parse_slo(slo).check_metrics(target, tgt.reported_metrics())
     answer = recommend(store, query, models=_models(settings, store, target))
@@ -651,7 +692,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
         if rec.borrowed_workload:
             out.print(f"Nearest measured workload: {rec.borrowed_workload['name']} "
                       f"{rec.borrowed_workload['features']}")
-        out.print(f"To cover it, run:\n  {rec.tune_command}")
+        _print_tune_command(rec.tune_command, "To cover it", rec.model)
         return
     ctx = rec.context or {}
     if rec.borrowed_workload:
@@ -674,7 +715,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
             alt = rec.measured_alternative
             out.print(f"Measured evidence: trial {alt['trial_id']} met this SLO at this workload "
                       f"({escape(_compact(alt['config']))}); `--measured` answers from it.")
-        out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
+        _print_tune_command(rec.tune_command, "To cover this SLO", rec.model)
         if explain:
             _print_evidence(rec)
         return
@@ -706,7 +747,20 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
         for note in rec.notes:
             out.print(f"[dim]note: {note}[/dim]")
     out.print("Launch:")
-    out.print(rec.launch_command or "(no launch command)", markup=False, highlight=False)
+    out.print(rec.launch_command or "(no launch command)", markup=False, highlight=False,
+              soft_wrap=True)
+
+
+def _print_tune_command(command: str | None, why: str, model: str | None = None) -> None:
+    """``why, run: <command>`` on lines of their own and never wrapped (pasted into a shell)."""
+    if command is None:
+        if model is not None and not known_model(model):
+            out.print(f"{why}, tune a local copy of {model!r}: advisor tune --model DIR (a "
+                      f"directory holding its config.json); {model!r} is not one of the model "
+                      f"shapes advisor tune knows ({', '.join(MODEL_SHAPES)}).", soft_wrap=True)
+        return
+    out.print(f"{why}, run:")
+    out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_evidence(rec: ModelRecommendation) -> None:
@@ -738,26 +792,39 @@ def _print_evidence(rec: ModelRecommendation) -> None:
 
 def _print_recommendation(rec: Recommendation) -> None:
     where = rec.hardware_key or "any hardware"
+    asked = f"{where}" + (f", model {rec.model}" if rec.model else "") + (
+        f", workload {_features(rec.workload)}" if rec.workload else "")
+    if rec.borrowed_workload is not None:
+        bw = rec.borrowed_workload
+        out.print(f"[yellow]No trial was measured at {_features(rec.workload)}[/yellow]; this "
+                  f"answer borrows the nearest measured workload, {bw['name']} "
+                  f"({_features(bw['features'])}, {bw['factor']:g}x away).", soft_wrap=True)
     if rec.trial is None:
         out.print(f"[yellow]No measured {rec.target} config meets {rec.slo}[/yellow] "
-                  f"(on {where}; {rec.considered} measured trials considered).")
+                  f"(on {asked}; {rec.considered} measured trials considered).", soft_wrap=True)
+        if rec.reason:
+            out.print(f"{escape(rec.reason[:1].upper() + rec.reason[1:])}.", soft_wrap=True)
         if rec.closest is not None:
             misses = ", ".join(f"{k} (off by {v:.1%})" for k, v in rec.closest_margins.items()
                                if v > 0)
-            out.print(f"Closest: trial {rec.closest.id} [{_compact(rec.closest.config)}] misses "
-                      f"{misses}.")
-        out.print(f"To cover this SLO, run:\n  {rec.tune_command}")
+            out.print(f"Closest: trial {rec.closest.id} [{escape(_compact(rec.closest.config))}] "
+                      f"misses {misses}.")
+        _print_tune_command(rec.tune_command, "To cover this SLO")
         return
     t = rec.trial
+    model = trial_model(t)
     head = ("[bold green]Keep the defaults[/bold green]: the engine default"
             if rec.answer == "keep_defaults" else f"[bold green]Recommended {rec.target} "
             "config[/bold green]")
-    out.print(f"{head} for {rec.slo} ({rec.objective}), measured on {t.hardware_key}:")
-    out.print(f"  {_compact(t.config)}")
+    out.print(f"{head} for {rec.slo} ({rec.objective}), measured on {t.hardware_key}"
+              + (f" with model {model}" if model else "") + ":")
+    out.print(f"  {escape(_compact(t.config))}")
     if (versus := baseline_text(rec.baseline)) is not None:
         out.print(versus)
+    features = workload_features(t.workload_spec)
     table = Table(title=f"measured (trial #{t.number} of study id {t.study_id}, trial id {t.id}, "
-                        f"workload {t.workload_spec.get('name')})")
+                        f"workload {t.workload_spec.get('name')}"
+                        + (f" {_features(features)}" if features else "") + ")")
     table.add_column("metric")
     table.add_column("measured")
     table.add_column("SLO")
@@ -774,9 +841,15 @@ def _print_recommendation(rec: Recommendation) -> None:
         table.add_row(*row)
     out.print(table)
     out.print(f"Evidence: {rec.feasible_count} of {rec.considered} measured trials meet the SLO "
-              f"on {where}.")
+              f"on {asked}" + (" (at the borrowed workload)" if rec.borrowed_workload else "")
+              + ".", soft_wrap=True)
     out.print("Launch:")
-    out.print(rec.launch_command or "", markup=False, highlight=False)
+    out.print(rec.launch_command or "", markup=False, highlight=False, soft_wrap=True)
+
+
+def _features(features: dict[str, float]) -> str:
+    """``rate_rps=60 prompt_len=256``: workload features as a user types them."""
+    return " ".join(f"{k}={v:g}" for k, v in features.items())
 
 
 knowledge_app = typer.Typer(
@@ -847,7 +920,8 @@ def serve_cmd(
         "--dev-loopback", help="Development only: with no API key configured, accept mutating "
                                "requests from this machine (refused unless --host is loopback).")
     ] = False,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.", **choice(_LOG_LEVELS))
+                         ] = "info",
 ) -> None:
     """Serve the REST API (recommendations, cheat-sheet, studies, jobs) on the configured store.
 
@@ -890,6 +964,44 @@ def serve_cmd(
     finally:
         if supervisor is not None:
             supervisor.stop()
+
+
+@app.command("dashboard")
+def dashboard_cmd(
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+) -> None:
+    """Open optuna-dashboard on the store: each study's SLO and the best trial that met it.
+
+    Every study shows its SLO, objective and workload; every trial its SLO margins. Imported
+    studies (shipped knowledge, `knowledge import`) get an Optuna study first, built from their
+    stored trials, so they show too. Needs the `dashboard` extra.
+    """
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    import optuna
+
+    from advisor.dashboard import backfill_optuna_studies, dashboard_app
+    from advisor.driver import optuna_storage
+
+    settings = _settings()
+    store = _store(settings)
+    storage = optuna_storage(store.url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    created = backfill_optuna_studies(store, storage)
+    if created:
+        err.print(f"built the Optuna studies of {created} imported studies (once per store)")
+    wsgi_app = dashboard_app(storage)
+
+    class _Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # one line per request: noise
+            log.debug(format, *args)
+
+    with make_server(host, port, wsgi_app, handler_class=_Quiet) as server:
+        err.print(f"optuna-dashboard on http://{host}:{port}/dashboard (Ctrl-C stops it)")
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
 
 
 @app.command("worker")
@@ -942,14 +1054,12 @@ def _is_goal_metric(metric: str) -> bool:
 def knowledge_fit_cmd(
     target: Annotated[str | None, typer.Option(help="Only this target's contexts (the saved "
                                                     "model set then holds only these).")] = None,
-    family: Annotated[str, typer.Option(help=f"Surrogate family: {', '.join(FAMILIES)}.")
+    family: Annotated[str, typer.Option(help="Surrogate family.", **choice(FAMILIES))
                       ] = DEFAULT_FAMILY,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Fit the surrogate models on every stored trial, cross-validate them, and save both in the
     cache dir so `advisor recommend` answers without fitting."""
-    if family not in FAMILIES:
-        raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
     settings = _settings()
     store = _store(settings)
     models = KnowledgeModels.fit(store, family=family, target=target)
@@ -976,7 +1086,7 @@ def knowledge_fit_cmd(
 @knowledge_app.command("eval")
 def knowledge_eval_cmd(
     target: Annotated[str | None, typer.Option(help="Only this target's contexts.")] = None,
-    family: Annotated[str, typer.Option(help=f"Surrogate family: {', '.join(FAMILIES)}.")
+    family: Annotated[str, typer.Option(help="Surrogate family.", **choice(FAMILIES))
                       ] = DEFAULT_FAMILY,
     folds: Annotated[int, typer.Option(min=2, help="Grouped cross-validation folds.")] = 5,
     metric: Annotated[list[str] | None, typer.Option(
@@ -986,7 +1096,7 @@ def knowledge_eval_cmd(
                            ] = False,
     group_by: Annotated[str, typer.Option(
         help="Hold out whole 'config's (default: unseen configs) or whole 'workload's (unseen "
-             "rates / corpus sizes).")] = "config",
+             "rates / corpus sizes).", **choice(("config", "workload")))] = "config",
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "
@@ -995,10 +1105,6 @@ def knowledge_eval_cmd(
 ) -> None:
     """Held-out error per metric on the stored trials: grouped K-fold cross-validation (all
     measurements of one config are held out together), MAPE and 90%-interval coverage."""
-    if family not in FAMILIES:
-        raise AdvisorError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
-    if group_by not in ("config", "workload"):
-        raise AdvisorError(f"--group-by must be config or workload, got {group_by!r}")
     store = _store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
@@ -1043,7 +1149,8 @@ def knowledge_eval_cmd(
 
 @app.command("cheatsheet")
 def cheatsheet_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="md, html or json.")] = "md",
+    fmt: Annotated[str, typer.Option("--format", help="Output format.",
+                                     **choice(("md", "html", "json")))] = "md",
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="File to write (default: stdout).")] = None,
     target: Annotated[str | None, typer.Option(help="Only this target.")] = None,
@@ -1053,14 +1160,10 @@ def cheatsheet_cmd(
     workload_class: Annotated[str | None, typer.Option(
         help="Only workload classes containing this text (e.g. chat, 'N=8000').")] = None,
     tier: Annotated[str | None, typer.Option(
-        help="Only this tier: interactive, standard or throughput.")] = None,
+        help="Only this tier.", **choice(("interactive", "standard", "throughput")))] = None,
 ) -> None:
     """The tuning cheat-sheet: recommended knob values per target x hardware x model x workload
     class x SLO tier, with predicted metrics, knob importance and fitted rules of thumb."""
-    if fmt not in ("md", "html", "json"):
-        raise AdvisorError(f"--format must be md, html or json, got {fmt!r}")
-    if tier is not None and tier not in ("interactive", "standard", "throughput"):
-        raise AdvisorError(f"--tier must be interactive, standard or throughput, got {tier!r}")
     settings = _settings()
     store = _store(settings)
     sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
@@ -1078,33 +1181,47 @@ def cheatsheet_cmd(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point: run the CLI, turning advisor errors into one-line messages."""
+    """Console-script entry point: the one place where errors become exit codes.
+
+    2: bad usage (typer's usage errors) or an error the advisor raises on purpose, each printed
+    as one line on stderr (``--debug`` shows the traceback instead); 130: interrupted; other
+    codes are the commands' own (``typer.Exit``).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
     try:
-        code = app(args=args, standalone_mode=False)
+        code = app(args=args, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
-        if "--debug" in args:
+        if debug:
             raise
-        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False)
-        sys.exit(2)
+        _fail(str(exc))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
         err.print("aborted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except typer.TyperException as exc:  # typer's (vendored click) usage errors
+        if debug:
+            raise
+        if is_help_request(exc):  # `advisor`, `advisor sweep`: no command given
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(2)
+        _fail(usage_message(exc))
 
     if isinstance(code, int) and code:  # non-standalone click returns typer.Exit's code
         sys.exit(code)
+
+
+def _fail(message: str) -> None:
+    """Print ``error: message`` as one line on stderr (never wrapped) and exit 2."""
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(2)
 
 
 # Registered last: the sweep commands reuse this module's helpers.
 from advisor.sweep_cli import sweep_app  # noqa: E402
 
 app.add_typer(sweep_app, name="sweep")
+from advisor.crosscheck_cli import crosscheck_cmd  # noqa: E402
+
+app.command("crosscheck")(crosscheck_cmd)

@@ -1,9 +1,9 @@
 """The study driver: Optuna ask/tell over isolated trials, every trial stored, resumable.
 
 One loop, written once: ask Optuna for a config, record the trial as running, run it in a child
-process, store the measurement with its SLO margins, hand the margins to the sampler through
-``trial.set_constraint`` (``<= 0`` means met) and tell the objective. A killed driver leaves at
-most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+process, store the measurement with its SLO margins, hand the margins to the sampler as
+constraints (:func:`tell_constraints`; ``<= 0`` means met) and tell the objective. A killed driver
+leaves at most one running trial; ``resume`` fails it as interrupted and re-queues its config.
 
 When the search's budget is spent and a feasible best other than the engine default exists, the
 study re-measures the two interleaved (``paired_repeats`` times each, advisor/pairing.py) and
@@ -51,8 +51,9 @@ from objectives.target import Target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
-__all__ = ["SAMPLERS", "CoMeasured", "JoinResult", "StudyDriver", "StudyReporter", "StudyResult",
-           "StudySpec", "complete_enqueued", "failure_streak"]
+__all__ = ["DASHBOARD_CONSTRAINTS_KEY", "SAMPLERS", "CoMeasured", "JoinResult", "StudyDriver",
+           "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
+           "describe_optuna_study", "failure_streak", "tell_constraints"]
 
 log = logging.getLogger(__name__)
 SAMPLERS = ("tpe", "gp", "random")
@@ -441,18 +442,22 @@ class StudyDriver:
         sampler = _make_sampler(spec.sampler, seed)
         if fixed:
             sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-        return optuna.create_study(
+        ostudy = optuna.create_study(
             storage=storage, study_name=spec.name, direction=spec.objective.direction,
             sampler=sampler, load_if_exists=True,
         )
+        describe_optuna_study(ostudy, spec)
+        return ostudy
 
     def _recording_study(self, spec: StudySpec) -> optuna.Study:
         """The Optuna study of a co-measured study: it never samples (its configs come from the
         study it is measured with), so a random sampler is enough."""
-        return optuna.create_study(
+        ostudy = optuna.create_study(
             storage=optuna_storage(self.store.url), study_name=spec.name,
             direction=spec.objective.direction, sampler=optuna.samplers.RandomSampler(),
             load_if_exists=True)
+        describe_optuna_study(ostudy, spec)
+        return ostudy
 
     def _recover_recording(self, companion: _Companion) -> None:
         """A co-measured study's trials are written after their measurement, so a killed driver
@@ -803,9 +808,7 @@ class StudyDriver:
     @staticmethod
     def _tell_complete(ostudy: optuna.Study, trial_id: int, number: int, rec: TrialRecord,
                        spec: StudySpec) -> None:
-        otrial = optuna.trial.Trial(ostudy, trial_id)
-        for bound in spec.slo.bounds:
-            otrial.set_constraint(str(bound), bound.margin(float(rec.metrics[bound.metric])))
+        tell_constraints(optuna.trial.Trial(ostudy, trial_id), spec.slo, rec.metrics)
         ostudy.tell(number, rec.objective_value)
 
     # results ---------------------------------------------------------------------------------
@@ -830,6 +833,51 @@ class StudyDriver:
         co = [self.result(n) for n in study.data_provenance.get(_CO_STUDIES, [])
               if self.store.get_study(n) is not None]
         return StudyResult(study, trials, self._best(study, objective), default, co)
+
+
+#: The trial system attribute optuna-dashboard (0.21) reads constraint values from: a list, one
+#: value per constraint, <= 0 met. Optuna 5 reads the same list as constraints "0", "1", ...;
+#: its own ``set_constraint`` writes ``constraints:<name>`` keys, which the dashboard does not
+#: read. Writing both would make Optuna count every constraint twice, so only the list is
+#: written; the names, in list order, are the study user attribute ``slo_constraints``.
+DASHBOARD_CONSTRAINTS_KEY = "constraints"
+
+
+def tell_constraints(otrial: optuna.Trial, slo: SLO, metrics: Mapping[str, float]) -> None:
+    """Hand a measured trial's SLO margins to Optuna (its samplers and optuna-dashboard), before
+    it is told complete: one constraint per SLO bound, in the SLO's order, ``<= 0`` means met.
+
+    The measured SLO metrics, each bound's margin (``margin p95_latency_ms<=1``) and whether the
+    SLO held also become user attributes: the dashboard uses the constraint list only to grey out
+    infeasible trials in its plots, and shows user attributes by name in its trial table.
+    Idempotent: recovery may tell a trial again.
+    """
+    margins = [bound.margin(float(metrics[bound.metric])) for bound in slo.bounds]
+    otrial.storage.set_trial_system_attr(otrial._trial_id, DASHBOARD_CONSTRAINTS_KEY, margins)
+    for metric in slo.metrics:
+        otrial.set_user_attr(metric, float(metrics[metric]))
+    for bound, margin in zip(slo.bounds, margins, strict=True):
+        otrial.set_user_attr(f"margin {bound}", margin)
+    otrial.set_user_attr("slo_met", all(m <= 0 for m in margins))
+
+
+def describe_optuna_study(ostudy: optuna.Study, spec: StudySpec) -> None:
+    """Record what the study tunes for where optuna-dashboard shows it: the objective metric's
+    name (``set_metric_names``, else the dashboard says "Objective 0") and the SLO, objective,
+    target and workload as study user attributes. Written only when they differ (resume)."""
+    attrs = {
+        "target": spec.target, "slo": str(spec.slo), "objective": str(spec.objective),
+        "slo_constraints": [str(b) for b in spec.slo.bounds],
+        "workload": spec.workload.name, "workload_hash": spec.workload.spec_hash,
+    }
+    current = ostudy.user_attrs
+    for key, value in attrs.items():
+        if current.get(key) != value:
+            ostudy.set_user_attr(key, value)
+    if ostudy.metric_names != [spec.objective.metric]:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            ostudy.set_metric_names([spec.objective.metric])
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:

@@ -11,7 +11,25 @@ from advisor.errors import WorkloadError
 from objectives.target import Target
 from objectives.workload import Workload
 
-__all__ = ["resolve_workload"]
+__all__ = ["check_model", "known_model", "resolve_workload"]
+
+
+def known_model(model: str) -> bool:
+    """Whether ``advisor tune --model`` can run ``model``: a named shape (random weights) or a
+    local model directory (its config.json)."""
+    from objectives.llm.models import MODEL_SHAPES
+
+    return model in MODEL_SHAPES or Path(model).expanduser().is_dir()
+
+
+def check_model(model: str) -> None:
+    """Raise :class:`WorkloadError` naming the known shapes when ``model`` cannot be tuned
+    (checked before anything starts, so a typo fails the command, not every trial)."""
+    from objectives.llm.models import MODEL_SHAPES
+
+    if not known_model(model):
+        raise WorkloadError(f"unknown model {model!r}: not a model shape "
+                            f"({', '.join(MODEL_SHAPES)}) nor a local model directory")
 
 
 def resolve_workload(target: Target, workload: str | None,

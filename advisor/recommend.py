@@ -32,6 +32,7 @@ from advisor.baseline import (
 )
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
 from advisor.objective import Objective
+from advisor.presets import known_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.surrogate import (
@@ -41,22 +42,26 @@ from knowledge.surrogate import (
     workload_features,
 )
 from objectives import SLO, parse_slo
+from objectives.llm.models import MODEL_SHAPES
 from objectives.registry import get_target
 from objectives.target import Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace
 
 __all__ = ["ModelRecommendation", "PredictedMetric", "Recommendation", "RecommendationQuery",
-           "recommend", "recommend_measured"]
+           "recommend", "recommend_measured", "trial_model"]
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The answer to one SLO question.
+    """The answer to one SLO question from measurements alone.
 
     ``trial`` is the best measured trial that meets the SLO, or None when no measured trial does;
     then ``closest`` is the trial that came nearest (smallest summed violation) and
-    ``tune_command`` the command that would cover the gap.
+    ``tune_command`` the command that would cover the gap (None when no command can: a model
+    that is neither a known shape nor a local directory; ``reason`` says so). ``model`` and
+    ``workload`` are what was asked; ``borrowed_workload`` names the measured workload the answer
+    comes from when none was measured within 10 % of the asked one.
     """
 
     slo: SLO
@@ -77,6 +82,10 @@ class Recommendation:
     answer: Answer = "none"
     #: The best config against the engine default under the same workload (advisor/baseline.py).
     baseline: DefaultComparison | None = None
+    model: str | None = None
+    workload: dict[str, float] = field(default_factory=dict)
+    borrowed_workload: dict[str, Any] | None = None
+    reason: str | None = None
 
     @property
     def found(self) -> bool:
@@ -88,17 +97,20 @@ class Recommendation:
                 return None
             return {"trial_id": t.id, "study_id": t.study_id, "number": t.number,
                     "config": t.config, "metrics": t.metrics, "hardware_key": t.hardware_key,
-                    "workload": t.workload_spec, "engine_versions": t.engine_versions}
+                    "model": trial_model(t), "workload": t.workload_spec,
+                    "engine_versions": t.engine_versions}
 
         return {
             "found": self.found, "target": self.target, "slo": str(self.slo),
             "objective": str(self.objective), "hardware_key": self.hardware_key,
+            "model": self.model, "workload_asked": self.workload,
             "basis": "measured",  # every figure below was measured, none predicted
             "trials_considered": self.considered, "trials_meeting_slo": self.feasible_count,
             "recommended": trial_dict(self.trial), "slo_margins": self.margins,
             "launch_command": self.launch_command,
             "closest": trial_dict(self.closest), "closest_margins": self.closest_margins,
             "engine_default": trial_dict(self.default_trial),
+            "borrowed_workload": self.borrowed_workload, "reason": self.reason,
             "tune_command": self.tune_command,
             "answer": self.answer,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
@@ -109,20 +121,68 @@ def _violation(margins: dict[str, float]) -> float:
     return sum(max(m, 0.0) for m in margins.values())
 
 
+def trial_model(trial: TrialRecord) -> str | None:
+    """The model shape (or path) a trial served, from its workload spec; None for non-LLM."""
+    model = (trial.workload_spec.get("params") or {}).get("model")
+    return str(model) if model else None
+
+
+def _nearest_workload(trials: list[TrialRecord], asked: Mapping[str, float]
+                      ) -> tuple[list[TrialRecord], dict[str, Any] | None]:
+    """The trials measured at the asked workload (every feature within 10 %), else those of the
+    nearest measured workload together with what was borrowed (name, features, factor)."""
+    if not asked or not trials:
+        return trials, None
+    dist = {t.id: workload_distance(asked, workload_features(t.workload_spec)) for t in trials}
+    nearest = min(dist.values())
+    if nearest <= SAME_WORKLOAD:
+        return [t for t in trials if dist[t.id] <= SAME_WORKLOAD], None
+    # The nearest workload: the one with most trials among those at the smallest distance.
+    at_nearest = [t for t in trials if dist[t.id] <= nearest + 1e-12]
+    counts: dict[str, int] = {}
+    for t in at_nearest:
+        counts[t.workload_hash] = counts.get(t.workload_hash, 0) + 1
+    chosen = max(counts, key=lambda h: (counts[h], h))
+    kept = [t for t in at_nearest if t.workload_hash == chosen]
+    spec = kept[0].workload_spec
+    return kept, {"name": spec.get("name"), "spec_hash": chosen,
+                  "features": workload_features(spec), "factor": round(math.exp(nearest), 3),
+                  "trials": len(kept)}
+
+
 def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: Objective,
-                       hardware_key: str | None = None, workload_hash: str | None = None
+                       hardware_key: str | None = None, workload_hash: str | None = None,
+                       model: str | None = None, workload: Mapping[str, Any] | None = None
                        ) -> Recommendation:
     """The best measured trial of ``target`` meeting ``slo`` by ``objective``.
 
-    ``hardware_key`` / ``workload_hash`` restrict the evidence to one machine / one workload.
+    The evidence is narrowed the way the model-based path narrows it: ``hardware_key`` (part of
+    a key) to one machine, ``model`` to trials that served that model (no trial of another model
+    ever answers), ``workload`` (features such as ``rate_rps``, ``n_vectors``) to trials measured
+    within 10 % of it, else to the nearest measured workload, named in ``borrowed_workload``.
+    ``workload_hash`` restricts to one exact workload.
     """
     engine = get_target(target)
     slo.check_metrics(target, engine.reported_metrics())
+    asked = workload_features(dict(workload or {}))
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE,
                                            hardware_key=hardware_key,
                                            workload_hash=workload_hash))
     usable = [t for t in trials if t.metrics.get(objective.metric) is not None
               and all(t.metrics.get(m) is not None for m in slo.metrics)]
+    answer = Recommendation(slo=slo, objective=objective, target=target,
+                            hardware_key=hardware_key, considered=0, feasible_count=0,
+                            model=model, workload=asked)
+    tune = _tune_command(target, slo, objective, model=model, features=asked)
+    if model is not None:
+        measured_models = sorted({str(trial_model(t)) for t in usable})
+        usable = [t for t in usable if trial_model(t) == model]
+        if not usable:
+            where = f"hardware {hardware_key!r}" if hardware_key else "any hardware"
+            reason = (f"no measured {target} trial served model {model!r} on {where} (measured "
+                      f"models: {', '.join(measured_models) or 'none'})")
+            return replace(answer, reason=reason + _untunable(model), tune_command=tune)
+    usable, borrowed = _nearest_workload(usable, asked)
     best: TrialRecord | None = None
     closest: TrialRecord | None = None
     closest_violation = float("inf")
@@ -136,9 +196,8 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                 best = t
         elif (violation := _violation(margins)) < closest_violation:
             closest, closest_violation = t, violation
-    answer = Recommendation(slo=slo, objective=objective, target=target,
-                            hardware_key=hardware_key, considered=len(usable),
-                            feasible_count=feasible)
+    answer = replace(answer, considered=len(usable), feasible_count=feasible,
+                     borrowed_workload=borrowed)
     if best is not None:
         launch = engine.launch_command(best.config, Workload.from_spec(best.workload_spec))
         return _versus_default(store, engine, replace(
@@ -146,7 +205,15 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
             default_trial=_engine_default_for(usable, best)))
     return replace(answer, closest=closest,
                    closest_margins=slo.margins(closest.metrics) if closest else {},
-                   tune_command=_tune_command(target, slo, objective))
+                   tune_command=tune, reason=_untunable(model).removeprefix("; ") or None)
+
+
+def _untunable(model: str | None) -> str:
+    """Why no ``advisor tune`` command is suggested for ``model`` ('' when one is)."""
+    if model is None or known_model(model):
+        return ""
+    return (f"; {model!r} is not a model shape advisor tune knows ({', '.join(MODEL_SHAPES)}): "
+            "tune it from a local model directory holding its config.json (--model DIR)")
 
 
 def _engine_default_for(trials: list[TrialRecord], best: TrialRecord | None
@@ -482,8 +549,13 @@ def _workload_label(w: WorkloadPoint) -> str:
 
 
 def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | None = None,
-                  workload: str | None = None, features: Mapping[str, float] | None = None
-                  ) -> str:
+                  workload: str | None = None, features: Mapping[str, float] | None = None,
+                  hardware: str | None = None) -> str | None:
+    """The ``advisor tune`` command that would measure what is missing: one that ``tune``
+    accepts as written (a test parses every form), or None when none can (``model`` is neither a
+    known shape nor a local model directory). ``hardware`` adds a ``# run on ...`` comment."""
+    if model and not known_model(model):
+        return None
     args = ["advisor", "tune", "--target", target, "--slo", str(slo),
             "--objective", str(objective)]
     if model:
@@ -499,7 +571,8 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
         args += ["--workload-param", f"n_base={int(features['n_vectors'])}"]
     if "dim" in features and features.get("dim") != 384:
         args += ["--workload-param", f"dim={int(features['dim'])}"]
-    return shlex.join([*args, "--trials", "40"])
+    command = shlex.join([*args, "--trials", "40"])
+    return f"{command}  # run on {hardware}" if hardware else command
 
 
 def _quality(ctx: ContextModels, metrics: list[str]) -> dict[str, dict[str, Any]]:
@@ -540,8 +613,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             confidence="none", confidence_reason=reason, hardware_key=query.hardware,
             model=query.model, workload=asked, notes=tuple(notes),
             tune_command=_tune_command(query.target, slo, objective, model=query.model,
-                                       features=asked) + (
-                f"  # run on {query.hardware}" if query.hardware else ""), **extra)
+                                       features=asked, hardware=query.hardware), **extra)
 
     if ctx is None:
         return uncovered(why)

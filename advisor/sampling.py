@@ -2,18 +2,33 @@
 
 Knobs whose range is capped by another knob (``nprobe <= nlist``) are sampled over their static
 range and clamped, so every trial sees the same distribution: Optuna's multivariate TPE only models
-parameters whose distributions agree across trials. The config returned holds effective values.
+parameters whose distributions agree across trials. The config returned holds effective values:
+clamped, and floats rounded to 4 significant digits, so the engine, the store and the launch
+command all hold ``0.7385`` rather than ``0.7384722744215538``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
 
 from search_spaces import Knob, SearchSpace
 
-__all__ = ["suggest_config"]
+__all__ = ["FLOAT_DIGITS", "round_float", "suggest_config"]
+
+#: Significant digits a sampled float knob keeps: finer steps than 0.01 % of a value change
+#: nothing measurable (memory fractions, GiB of swap), and short values read back as typed.
+FLOAT_DIGITS = 4
+
+
+def round_float(value: float, low: float, high: float) -> float:
+    """``value`` to :data:`FLOAT_DIGITS` significant digits, kept inside ``[low, high]``."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    digits = FLOAT_DIGITS - 1 - math.floor(math.log10(abs(value)))
+    return min(max(round(value, digits), low), high)
 
 
 def _suggest(trial: optuna.Trial, knob: Knob) -> Any:
@@ -25,8 +40,10 @@ def _suggest(trial: optuna.Trial, knob: Knob) -> Any:
     if knob.type == "int":
         step = int(knob.step) if knob.step and not knob.log else 1
         return trial.suggest_int(knob.name, int(knob.low), int(knob.high), log=knob.log, step=step)
-    return trial.suggest_float(knob.name, float(knob.low), float(knob.high), log=knob.log,
-                               step=None if knob.log else knob.step)
+    value = trial.suggest_float(knob.name, float(knob.low), float(knob.high), log=knob.log,
+                                step=None if knob.log else knob.step)
+    # A stepped knob is on its grid already; Optuna keeps the unrounded value as the param.
+    return value if knob.step and not knob.log else round_float(value, knob.low, knob.high)
 
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:

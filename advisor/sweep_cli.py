@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from advisor.cli import _fmt, _settings, _sigterm_interrupts, _store, err, out
+from advisor.cli_support import choice
 from advisor.driver import StudyDriver
 from advisor.errors import AdvisorError
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
@@ -41,8 +42,8 @@ def _override(spec: SweepSpec, backend: str | None, workers: int | None,
 @sweep_app.command("plan")
 def plan_cmd(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML).")],
-    backend: Annotated[str | None, typer.Option(help="local or ray (default: the file's).")
-                       ] = None,
+    backend: Annotated[str | None, typer.Option(help="Where trials run (default: the file's).",
+                                                **choice(BACKENDS))] = None,
     workers: Annotated[int | None, typer.Option(
         min=1, help="Trials at a time per cell (default: the file's `workers`).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -92,8 +93,8 @@ def _duration(seconds: float) -> str:
 @sweep_app.command("run")
 def run_cmd(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML).")],
-    backend: Annotated[str | None, typer.Option(help="local or ray (default: the file's).")
-                       ] = None,
+    backend: Annotated[str | None, typer.Option(help="Where trials run (default: the file's).",
+                                                **choice(BACKENDS))] = None,
     workers: Annotated[int | None, typer.Option(
         min=1, help="Trials at a time per cell: worker processes (local) or concurrent Ray "
                     "trials (default: the file's `workers`).")] = None,

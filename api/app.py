@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from advisor import __version__
 from advisor.errors import AdvisorError
@@ -25,7 +26,10 @@ from api.routes import (
 from knowledge import TrialStore
 from knowledge.jobs import JobStore
 
-__all__ = ["create_app"]
+__all__ = ["DOCS_ASSETS_URL", "create_app"]
+
+#: Where the Swagger UI and ReDoc scripts, stylesheet and favicon are served.
+DOCS_ASSETS_URL = "/docs-assets"
 
 _DESCRIPTION = """\
 SLO-driven tuning advisor: recommendations and cheat-sheet values from measured trials, and
@@ -47,8 +51,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     except OSError as exc:
         raise AdvisorError(f"cannot read the API key file {settings.api_key_file}: "
                            f"{exc.strerror}") from None
-    app = FastAPI(title="slo-advisor", version=__version__, description=_DESCRIPTION,
-                  responses=COMMON_ERRORS)
+    # /docs (Swagger UI) and /redoc from the assets fastapi-offline ships, served by this app:
+    # FastAPI's own pages load them from a CDN and stay blank on an offline host.
+    app: FastAPI = FastAPIOffline(title="slo-advisor", version=__version__,
+                                  description=_DESCRIPTION, responses=COMMON_ERRORS,
+                                  static_url=DOCS_ASSETS_URL)
     store = TrialStore(settings.db_url)
     app.state.settings = settings
     app.state.store = store

@@ -49,6 +49,8 @@ def invalid_reason(details: Mapping[str, Any] | None) -> str | None:
     label = validity_of(details)
     assert details is not None and label is not None
     why = details.get("validity_reason")
+    if why is None and details.get("validity_reasons"):
+        why = "; ".join(str(r) for r in details["validity_reasons"][:3])
     raw = details.get(VALIDITY_KEY)
     if why is None and isinstance(raw, Mapping):
         why = raw.get("reason")

@@ -21,8 +21,8 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
   echo "==> installing PyTorch (CPU): $TORCH_SPEC"
   "$VPY" -m pip install -q "$TORCH_SPEC"
 fi
-echo "==> installing slo-advisor with the faiss, embed, llm, postgres, api, ray and dev extras"
-"$VPY" -m pip install -q -e ".[faiss,embed,llm,postgres,api,ray,dev]"
+echo "==> installing slo-advisor with the faiss, embed, llm, postgres, api, ray, dashboard and dev extras"
+"$VPY" -m pip install -q -e ".[faiss,embed,llm,postgres,api,ray,dashboard,dev]"
 
 if [ "${1:-}" = "--setup-only" ]; then
   echo "==> set up; run the tests with: bash scripts/test.sh"

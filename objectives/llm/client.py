@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ import httpx
 from objectives.llm.models import prompt_text
 from objectives.llm.requests import RequestRecord, RequestSpec
 
-__all__ = ["Endpoint", "LoadResult", "run_load", "run_load_async", "stream_request"]
+__all__ = ["FAULT_STALL_ENV", "Endpoint", "LoadResult", "fault_stall_s", "run_load",
+           "run_load_async", "stream_request"]
 
 Endpoint = Literal["completions", "chat"]
 _PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -49,6 +51,28 @@ class LoadResult:
     loop_lag_s: tuple[float, ...] = ()
     #: How many client processes timed the run (see :mod:`objectives.llm.client_pool`).
     processes: int = 1
+
+
+#: Fault injection for tests of the validity gate: with this environment variable set to N, a
+#: load run in a single client process blocks its event loop for N ms every
+#: :data:`_STALL_PERIOD_S`, as a client too busy to keep up would (several processes never stall).
+FAULT_STALL_ENV = "ADVISOR_FAULT_CLIENT_STALL_MS"
+_STALL_PERIOD_S = 0.02
+
+
+def fault_stall_s() -> float:
+    """The injected per-period stall in seconds (0 unless :data:`FAULT_STALL_ENV` is set)."""
+    raw = os.environ.get(FAULT_STALL_ENV, "")
+    try:
+        return max(0.0, float(raw) / 1e3) if raw else 0.0
+    except ValueError:
+        return 0.0
+
+
+async def _stall_loop(stall_s: float) -> None:
+    while True:
+        await asyncio.sleep(_STALL_PERIOD_S)
+        time.sleep(stall_s)  # blocks the loop on purpose (fault injection)
 
 
 async def _watch_loop(samples: list[float]) -> None:
@@ -198,7 +222,7 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                          clock: Callable[[], float] = time.perf_counter,
                          transport: httpx.AsyncBaseTransport | None = None,
                          cutoff_s: float | None = None,
-                         start_at: float | None = None) -> LoadResult:
+                         start_at: float | None = None, stall_s: float = 0.0) -> LoadResult:
     """:func:`run_load` for callers already inside an event loop.
 
     ``start_at`` is time zero as a ``clock()`` reading (default: now); the run waits for it. Client
@@ -227,6 +251,7 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                 await asyncio.sleep(wait)
         t0 = clock() if start_at is None else start_at
         watcher = asyncio.create_task(_watch_loop(lag))
+        staller = asyncio.create_task(_stall_loop(stall_s)) if stall_s > 0 else None
 
         def rel() -> float:
             return clock() - t0
@@ -262,9 +287,11 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                 task.cancel()
             await asyncio.gather(*tasks)
         end = rel()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for helper in (watcher, staller):
+            if helper is not None:
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
     ends = [r.end_s for r in records if r.end_s is not None]
     ends += [r.cut_s for r in records if r.cut_s is not None]
     return LoadResult(records, max(ends) if ends else end, tuple(lag))
@@ -275,7 +302,8 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
              endpoint: Endpoint = "completions", extra_body: Mapping[str, Any] | None = None,
              timeout_s: float = 600.0, clock: Callable[[], float] = time.perf_counter,
              transport: httpx.AsyncBaseTransport | None = None,
-             cutoff_s: float | None = None, start_at: float | None = None) -> LoadResult:
+             cutoff_s: float | None = None, start_at: float | None = None,
+             stall_s: float = 0.0) -> LoadResult:
     """Replay ``requests`` against ``{base_url}/v1/...`` and time every response.
 
     Time zero is the start of the run; request i is sent at ``arrival_s`` (or later, when
@@ -288,8 +316,10 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
     to the end, which would take minutes and tell nothing more. ``start_at`` sets time zero (a
     ``clock()`` reading; see :func:`run_load_async`). One process and one event loop time every
     stream; :func:`objectives.llm.client_pool.run_load_sharded` spreads a heavy load over several.
+    ``stall_s`` > 0 blocks the loop that long every 20 ms (fault injection, see
+    :data:`FAULT_STALL_ENV`).
     """
     return asyncio.run(run_load_async(
         base_url, model, requests, max_concurrency=max_concurrency, api_key=api_key,
         endpoint=endpoint, extra_body=extra_body, timeout_s=timeout_s, clock=clock,
-        transport=transport, cutoff_s=cutoff_s, start_at=start_at))
+        transport=transport, cutoff_s=cutoff_s, start_at=start_at, stall_s=stall_s))

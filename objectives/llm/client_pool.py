@@ -26,12 +26,12 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from objectives.llm.client import Endpoint, LoadResult, run_load, run_load_async
+from objectives.llm.client import Endpoint, LoadResult, fault_stall_s, run_load, run_load_async
 from objectives.llm.requests import RequestRecord, RequestSpec
 from objectives.processes import die_with_parent
 
-__all__ = ["STREAMED_TOKENS_PER_PROCESS", "auto_processes", "run_load_sharded",
-           "shard_requests"]
+__all__ = ["STREAMED_TOKENS_PER_PROCESS", "auto_processes", "process_ceiling",
+           "run_load_sharded", "shard_requests"]
 
 #: Streamed output tokens/s one client process times without falling behind, with margin: one
 #: process kept up at ~11,000 tokens/s and fell behind at ~12,600 on the H200's host CPU.
@@ -44,6 +44,13 @@ READY_TIMEOUT_S = 120.0
 START_MARGIN_S = 0.05
 
 
+def process_ceiling(cpu_count: int | None = None) -> int:
+    """The most client processes a measurement may use: half the CPUs (the rest are left to the
+    server and the driver), at most :data:`MAX_AUTO_PROCESSES`, at least one."""
+    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, min(MAX_AUTO_PROCESSES, cpus // 2))
+
+
 def auto_processes(requests: Sequence[RequestSpec], *, cpu_count: int | None = None) -> int:
     """How many client processes ``requests`` need: the tokens/s the schedule asks to stream
     (total output tokens over the arrival span, at least one second) divided by
@@ -54,9 +61,8 @@ def auto_processes(requests: Sequence[RequestSpec], *, cpu_count: int | None = N
     arrivals = [r.arrival_s for r in requests]
     span = max(1.0, max(arrivals) - min(arrivals))
     rate = sum(r.output_len for r in requests) / span
-    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    ceiling = max(1, min(MAX_AUTO_PROCESSES, cpus // 2))
-    return max(1, min(ceiling, math.ceil(rate / STREAMED_TOKENS_PER_PROCESS)))
+    return max(1, min(process_ceiling(cpu_count),
+                      math.ceil(rate / STREAMED_TOKENS_PER_PROCESS)))
 
 
 def shard_requests(requests: Sequence[RequestSpec], processes: int
@@ -112,7 +118,7 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     if processes == 1:
         return run_load(base_url, model, requests, max_concurrency=max_concurrency,
                         api_key=api_key, endpoint=endpoint, extra_body=extra_body,
-                        timeout_s=timeout_s, cutoff_s=cutoff_s)
+                        timeout_s=timeout_s, cutoff_s=cutoff_s, stall_s=fault_stall_s())
     shares = shard_requests(requests, processes)
     caps = _split_cap(max_concurrency, processes)
     ctx = multiprocessing.get_context("spawn")  # no fork: the driver may hold threads and sockets

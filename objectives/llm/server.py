@@ -13,8 +13,10 @@ reason of a failed start.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import re
@@ -36,11 +38,21 @@ import numpy as np
 import psutil
 
 from advisor.errors import EngineStartError, WorkloadError
-from objectives.llm.client import run_load
-from objectives.llm.client_pool import auto_processes, run_load_sharded
+from objectives.llm.client import LoadResult, run_load
+from objectives.llm.client_pool import auto_processes, process_ceiling, run_load_sharded
 from objectives.llm.metrics import request_samples, summarize
 from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
 from objectives.llm.requests import RequestSpec
+from objectives.llm.server_metrics import (
+    GaugeSampler,
+    MetricVocabulary,
+    ServerMetricsError,
+    Snapshot,
+    reset_cache,
+    scrape,
+    summarize_window,
+)
+from objectives.llm.validity import CLIENT_BOUND, GATE_VERSION, Tolerance, Verdict, judge
 from objectives.llm.workload import (
     LLMWorkloadSpec,
     drain_cutoff_s,
@@ -51,22 +63,28 @@ from objectives.llm.workload import (
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = [
+    "CLIENT_PROCESSES_MAX_PARAM",
     "CLIENT_PROCESSES_PARAM",
     "DEFAULT_LOG_TAIL_CHARS",
     "ManagedServer",
+    "MeasuredWindow",
     "ModelSource",
     "ServingWorkload",
+    "client_processes_max_param",
     "client_processes_param",
     "free_port",
     "gpu_memory_mb",
     "measure_endpoint",
+    "measure_window",
     "package_versions",
     "process_tree",
     "resolve_model",
     "root_cause",
+    "validity_details",
 ]
 
 DEFAULT_LOG_TAIL_CHARS = 4000
+log = logging.getLogger(__name__)
 
 
 #: How much of a failed server's log :func:`root_cause` searches.
@@ -418,6 +436,7 @@ class ServingWorkload:
         keys = set(target_keys)
         target_params = {k: v for k, v in params.items() if k in keys}
         client_processes_param(target_params)  # a bad value fails the study, not each trial
+        client_processes_max_param(target_params)
         spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
         model = resolve_model(spec.model, cache_dir)
         return cls(spec, target_params, model,
@@ -452,6 +471,12 @@ class ServingWorkload:
 #: Workload param (a target param: the workload's requests do not change) that fixes how many
 #: client processes replay the workload: an integer >= 1, or "auto" (the default).
 CLIENT_PROCESSES_PARAM = "client_processes"
+#: Workload param: the most client processes the validity gate may escalate to (default: the
+#: cores the client may use, :func:`objectives.llm.client_pool.process_ceiling`).
+CLIENT_PROCESSES_MAX_PARAM = "client_processes_max"
+#: Seconds between the end of the measured load and the closing scrape: the server records a
+#: request's histograms after it has streamed the request's last chunk.
+SETTLE_S = 0.5
 
 
 def client_processes_param(target_params: Mapping[str, Any]) -> int | None:
@@ -465,17 +490,85 @@ def client_processes_param(target_params: Mapping[str, Any]) -> int | None:
     return value
 
 
+def client_processes_max_param(target_params: Mapping[str, Any]) -> int | None:
+    """The ``client_processes_max`` target param: None when absent, else an integer >= 1."""
+    value = target_params.get(CLIENT_PROCESSES_MAX_PARAM)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"`{CLIENT_PROCESSES_MAX_PARAM}` must be an integer >= 1, "
+                            f"got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """One replay of the workload: the client's result, the server's summary of the same window
+    (``{"available": False, "reason": ...}`` when it could not be read) and the gate's verdict."""
+
+    load: LoadResult
+    server: dict[str, Any]
+    verdict: Verdict
+    cache_reset: bool
+
+
+def measure_window(base_url: str, served_model: str, requests: Sequence[RequestSpec], *,
+                   processes: int, cap: int | None, cutoff_s: float | None,
+                   vocabulary: MetricVocabulary | None, api_key: str | None = None,
+                   extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
+                   tolerance: Tolerance | None = None) -> MeasuredWindow:
+    """Replay ``requests`` once in ``processes`` client processes and check it against the
+    server: empty its prefix cache (the same prompts must not be served from an earlier replay),
+    scrape its metrics, sample its queue gauges during the run, scrape again, judge."""
+    cache_reset = False
+    before: Snapshot | None = None
+    why_not = "the target declares no server metrics"
+    if vocabulary is not None:
+        cache_reset = reset_cache(base_url, vocabulary, api_key=api_key)
+        try:
+            before = scrape(base_url, vocabulary)
+        except ServerMetricsError as exc:
+            why_not = str(exc)
+    sampler = (GaugeSampler(base_url, vocabulary) if vocabulary is not None and before
+               else contextlib.nullcontext())
+    with sampler:
+        load = run_load_sharded(base_url, served_model, requests, processes=processes,
+                                max_concurrency=cap, api_key=api_key, extra_body=extra_body,
+                                timeout_s=timeout_s, cutoff_s=cutoff_s)
+    server: dict[str, Any] = {"available": False, "reason": why_not}
+    if vocabulary is not None and before is not None:
+        time.sleep(SETTLE_S)
+        try:
+            after = scrape(base_url, vocabulary)
+            server = {"available": True, **summarize_window(
+                before, after, vocabulary, window_s=max(load.duration_s, 1e-9),
+                gauges=sampler.trace if isinstance(sampler, GaugeSampler) else None)}
+        except ServerMetricsError as exc:
+            server = {"available": False, "reason": str(exc)}
+    verdict = judge(load.records, server if server["available"] else None,
+                    loop_lag_s=load.loop_lag_s, capped=cap is not None, tolerance=tolerance)
+    return MeasuredWindow(load, server, verdict, cache_reset)
+
+
 def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload, *,
                      extra_body: Mapping[str, Any] | None = None, api_key: str | None = None,
                      concurrency: int | None = None, rate_scale: float = 1.0,
-                     timeout_s: float = 600.0, client_processes: int | None = None
+                     timeout_s: float = 600.0, client_processes: int | None = None,
+                     vocabulary: MetricVocabulary | None = None,
+                     max_client_processes: int | None = None,
+                     tolerance: Tolerance | None = None
                      ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Send the warm-up requests (not measured), then replay the workload and summarize it.
+    """Send the warm-up requests (not measured), then replay the workload, check it against the
+    server's own metrics and summarize it.
 
     The measured replay runs in ``client_processes`` client processes (None: as many as the
-    streamed tokens/s need, :func:`objectives.llm.client_pool.auto_processes`); the details record
-    how many ran and how late their event loops woke (``client_loop_lag_{p99,max}_ms``), so a
-    client-bound measurement shows as one.
+    streamed tokens/s need, :func:`objectives.llm.client_pool.auto_processes`). With a
+    ``vocabulary`` the server's metrics are scraped around the replay and the validity gate
+    (:mod:`objectives.llm.validity`) compares them with the client's; when it finds the client
+    bound, the replay is repeated with twice the processes, up to ``max_client_processes``
+    (default :func:`objectives.llm.client_pool.process_ceiling`). The details record every
+    attempt, the final ``validity`` with its reasons and checks, the server's summary
+    (``server_metrics``), how many client processes ran and how late their event loops woke.
 
     ``concurrency`` caps requests in flight (default: the workload's own cap); ``rate_scale``
     multiplies the arrival rate (arrival times are divided by it). Goodput is summarized without
@@ -495,9 +588,23 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
                         api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
         warmup_failed = sum(1 for r in warm.records if not r.ok)
     processes = client_processes if client_processes is not None else auto_processes(requests)
-    load = run_load_sharded(base_url, served_model, requests, processes=processes,
-                            max_concurrency=cap, api_key=api_key, extra_body=extra_body,
-                            timeout_s=timeout_s, cutoff_s=drain_cutoff_s(workload.spec, requests))
+    ceiling = max(processes, max_client_processes if max_client_processes is not None
+                  else process_ceiling())
+    cutoff = drain_cutoff_s(workload.spec, requests)
+    attempts: list[MeasuredWindow] = []
+    while True:
+        window = measure_window(base_url, served_model, requests, processes=processes, cap=cap,
+                                cutoff_s=cutoff, vocabulary=vocabulary, api_key=api_key,
+                                extra_body=extra_body, timeout_s=timeout_s, tolerance=tolerance)
+        attempts.append(window)
+        if window.verdict.validity != CLIENT_BOUND or processes >= ceiling:
+            break
+        log.warning("the client was bound with %d process(es) (%s); measuring again with %d",
+                    processes, "; ".join(window.verdict.reasons[:2]),
+                    min(ceiling, processes * 2))
+        processes = min(ceiling, processes * 2)
+    final = attempts[-1]
+    load = final.load
     metrics = summarize(load.records, duration_s=load.duration_s)
     failures = [r.error for r in load.records if r.error is not None and r.cut_s is None]
     details: dict[str, Any] = {
@@ -508,10 +615,24 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
         "client_processes": load.processes, **_loop_lag_details(load.loop_lag_s),
         "max_queue_delay_s": max((r.sent_s - r.scheduled_s for r in load.records
                                   if r.sent_s is not None), default=0.0),
+        "server_metrics": final.server, "prefix_cache_reset": final.cache_reset,
+        **validity_details(final.verdict),
+        "validity_attempts": [
+            {"client_processes": a.load.processes, "validity": a.verdict.validity,
+             "reasons": list(a.verdict.reasons)} for a in attempts],
     }
     if failures:
         details["first_request_errors"] = failures[:3]
     return metrics, details
+
+
+def validity_details(verdict: Verdict) -> dict[str, Any]:
+    """The gate's verdict as the trial details store it."""
+    return {"validity": verdict.validity, "validity_reasons": list(verdict.reasons),
+            "validity_checks": [dataclasses.asdict(c) for c in verdict.checks],
+            "validity_gate": GATE_VERSION,
+            "client_send_late_p99_ms": verdict.send_late_p99_ms,
+            "frontend_delay_ms": verdict.frontend_delay_ms}
 
 
 def _loop_lag_details(lag_s: Sequence[float]) -> dict[str, float]:

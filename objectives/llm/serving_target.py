@@ -16,6 +16,7 @@ defaults. A target that measures a server it does not start (openai) overrides
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -23,8 +24,8 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,13 +36,16 @@ from advisor.errors import (
     WorkloadError,
 )
 from objectives.llm.metrics import GoodputFromSLO
+from objectives.llm.reference import ReferenceHarness
 from objectives.llm.server import (
+    CLIENT_PROCESSES_MAX_PARAM,
     CLIENT_PROCESSES_PARAM,
     DEFAULT_LOG_TAIL_CHARS,
     ROOT_CAUSE_LOG_CHARS,
     ManagedServer,
     ModelSource,
     ServingWorkload,
+    client_processes_max_param,
     client_processes_param,
     free_port,
     gpu_memory_mb,
@@ -50,13 +54,14 @@ from objectives.llm.server import (
     process_tree,
     root_cause,
 )
+from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.workload import KIND, PRESETS, load_preset
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
 
-__all__ = ["EngineServer", "ServingTarget", "shared_space", "validation_errors"]
+__all__ = ["EngineServer", "RunningServer", "ServingTarget", "shared_space", "validation_errors"]
 
 _VALIDATION_ERROR = re.compile(r"^.*\d+ validation errors? for \w+.*$", re.MULTILINE)
 
@@ -119,6 +124,25 @@ class EngineServer:
         return command
 
 
+@dataclass
+class RunningServer:
+    """A server :meth:`ServingTarget.serve` started and keeps up: where it listens, its process,
+    the validated config; ``facts`` and ``versions`` are filled in when it stops."""
+
+    base_url: str
+    server: ManagedServer
+    config: dict[str, Any]
+    label: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def check_alive(self, what: str) -> None:
+        """Raise :class:`EngineStartError` when the server has exited before ``what`` ran."""
+        if self.server.returncode is not None:
+            raise EngineStartError(f"{self.label} exited (code {self.server.returncode}) before "
+                                   f"workload {what!r} was measured")
+
+
 class ServingTarget(GoodputFromSLO, Target):
     """An ``llm-serving`` target measured over an OpenAI-compatible API; by default one server
     that the target starts per trial (see the module docstring for the hooks)."""
@@ -128,9 +152,13 @@ class ServingTarget(GoodputFromSLO, Target):
     #: Workload parameters the target reads itself (not part of the llm-serving spec): by default
     #: the server's start-up timeout and context length.
     target_params: ClassVar[frozenset[str]] = frozenset({"startup_timeout_s", "max_model_len",
-                                                         CLIENT_PROCESSES_PARAM})
+                                                         CLIENT_PROCESSES_PARAM,
+                                                         CLIENT_PROCESSES_MAX_PARAM})
     #: How the server is started (a target that starts none leaves it out).
     engine_server: ClassVar[EngineServer]
+    #: The Prometheus series the engine exposes: every measurement is checked against them (the
+    #: validity gate, docs/metrics.md). None: the engine exposes none; trials are "unchecked".
+    server_metrics: ClassVar[MetricVocabulary | None] = None
 
     def space(self) -> SearchSpace:
         return shared_space(self.name)
@@ -198,24 +226,84 @@ class ServingTarget(GoodputFromSLO, Target):
         if not workloads:
             raise ValueError("run_series needs at least one workload")
         started = time.perf_counter()
-        spec = self.engine_server
-        self.check_available()
+        series = self.load_series(workloads, cache_dir)
+        measured: list[tuple[dict[str, float], dict[str, Any], float] | Exception] = []
+        with self.serve(config, series[0], cache_dir) as running:
+            for index, one in enumerate(series):
+                began = started if index == 0 else time.perf_counter()
+                try:
+                    running.check_alive(workloads[index].name)
+                    metrics, details = self.measure(running, one)
+                except Exception as exc:
+                    if index == 0:
+                        raise
+                    measured.append(exc)  # a later workload fails alone; keep the rest
+                    continue
+                measured.append((metrics, details, time.perf_counter() - began))
+        common = running.facts
+        if len(series) > 1:
+            common["series"] = [w.name for w in workloads]
+        results: list[Measurement | Exception] = []
+        for index, item in enumerate(measured):
+            if isinstance(item, Exception):
+                results.append(item)
+                continue
+            metrics, details, duration_s = item
+            details.update(common)
+            if len(series) > 1:
+                details["series_index"] = index
+            results.append(Measurement(metrics=metrics, engine_versions=running.versions,
+                                       details=details, duration_s=duration_s))
+        return results
+
+    def load_series(self, workloads: Sequence[Workload], cache_dir: Path
+                    ) -> list[ServingWorkload]:
+        """``workloads`` as served workloads that can share one server: the same model, and
+        contexts that fit the first one's (raises :class:`WorkloadError` otherwise)."""
         for workload in workloads:
             self._check_kind(workload)
         series = [self.load_served(workload, cache_dir) for workload in workloads]
-        served = series[0]
-        max_model_len = served.max_model_len()
+        first = series[0]
         for other, workload in zip(series[1:], workloads[1:], strict=True):
-            if other.model.path != served.model.path or other.max_model_len() > max_model_len:
+            if (other.model.path != first.model.path
+                    or other.max_model_len() > first.max_model_len()):
                 raise WorkloadError(
                     f"workload {workload.name!r} cannot share the server of {workloads[0].name!r}"
-                    f": it needs the same model and at most {max_model_len} tokens of context")
+                    f": it needs the same model and at most {first.max_model_len()} tokens of "
+                    "context")
+        return series
+
+    def measure(self, running: RunningServer, served: ServingWorkload
+                ) -> tuple[dict[str, float], dict[str, Any]]:
+        """Measure ``served`` on ``running`` (warm-up, replay, server check, gate), recording the
+        engine's peak GPU memory when it can be read."""
+        metrics, details = measure_endpoint(
+            running.base_url, self.served_model_name(served), served,
+            extra_body={"ignore_eos": True},
+            client_processes=client_processes_param(served.target_params),
+            max_client_processes=client_processes_max_param(served.target_params),
+            vocabulary=self.server_metrics)
+        peak = gpu_memory_mb(process_tree(running.server.pid or 0))
+        if peak is not None:
+            metrics["peak_memory_mb"] = peak
+        return metrics, details
+
+    @contextlib.contextmanager
+    def serve(self, config: Mapping[str, Any], served: ServingWorkload, cache_dir: Path,
+              *, env: Mapping[str, str] | None = None) -> Iterator[RunningServer]:
+        """Start this target's server with ``config`` for ``served``'s model and context, wait
+        until it is healthy, yield it, and always stop it. The yielded :class:`RunningServer`'s
+        ``facts`` (argv, start-up time, the engine's own start-up facts, its log tail) are
+        complete once the block has exited. ``env`` adds variables to the server's environment
+        (e.g. the device a co-resident server may use)."""
+        spec = self.engine_server
+        self.check_available()
+        max_model_len = served.max_model_len()
         clean = self.validate_config(config)
         self.reject_infeasible(clean, max_model_len)
         version = self.installed_version()
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
-        measured: list[tuple[dict[str, float], dict[str, Any], float] | Exception] = []
         with tempfile.TemporaryDirectory(prefix=f"advisor-{spec.scratch_name}-") as tmp:
             args, launch_details = self.server_argv(
                 clean, served, port=port, engine_version=version, max_model_len=max_model_len,
@@ -223,9 +311,12 @@ class ServingTarget(GoodputFromSLO, Target):
             argv = [*spec.command(), *args]
             timeout_s = float(served.target_params.get("startup_timeout_s",
                                                        spec.startup_timeout_s))
+            server_env = self.server_env(served)
+            if env:
+                server_env = {**(server_env if server_env is not None else os.environ), **env}
             with ManagedServer(argv, base_url=base_url,
                                log_path=Path(tmp) / f"{spec.scratch_name}.log",
-                               env=self.server_env(served), name=spec.process_name,
+                               env=server_env, name=spec.process_name,
                                stop_on_sigterm=True) as server:
                 try:
                     startup_s = server.wait_ready(timeout_s)
@@ -239,53 +330,26 @@ class ServingTarget(GoodputFromSLO, Target):
                         raise
                     raise EngineStartError(f"{spec.label} failed to start: {cause}\n{exc}"
                                            ) from None
-                for index, one in enumerate(series):
-                    began = started if index == 0 else time.perf_counter()
-                    try:
-                        if server.returncode is not None:
-                            raise EngineStartError(
-                                f"{spec.process_name} exited (code {server.returncode}) before "
-                                f"workload {workloads[index].name!r} was measured")
-                        metrics, details = measure_endpoint(
-                            base_url, self.served_model_name(one), one,
-                            extra_body={"ignore_eos": True},
-                            client_processes=client_processes_param(one.target_params))
-                    except Exception as exc:
-                        if index == 0:
-                            raise
-                        measured.append(exc)  # a later workload fails alone; keep the rest
-                        continue
-                    peak = gpu_memory_mb(process_tree(server.pid or 0))
-                    if peak is not None:
-                        metrics["peak_memory_mb"] = peak
-                    measured.append((metrics, details, time.perf_counter() - began))
-                log = server.log_tail(spec.log_read_chars)
-        facts = self.log_facts(log)
-        versions = self.engine_versions()
-        if self.engine not in versions and "engine_version_reported" in facts:
-            versions[self.engine] = facts["engine_version_reported"]  # e.g. a container's engine
-        log_tail = self.log_to_store(log)
-        common = {
-            "argv": argv, **launch_details, "engine_version": version or versions.get(self.engine),
-            "model": served.model.label, "model_path": str(served.model.path),
-            "dummy_weights": served.model.dummy_weights, "max_model_len": max_model_len,
-            "startup_s": startup_s, **facts, "engine_log_tail": log_tail,
-            "engine_log_tail_chars": len(log_tail),
-        }
-        if len(series) > 1:
-            common["series"] = [w.name for w in workloads]
-        results: list[Measurement | Exception] = []
-        for index, item in enumerate(measured):
-            if isinstance(item, Exception):
-                results.append(item)
-                continue
-            metrics, details, duration_s = item
-            details.update(common)
-            if len(series) > 1:
-                details["series_index"] = index
-            results.append(Measurement(metrics=metrics, engine_versions=versions,
-                                       details=details, duration_s=duration_s))
-        return results
+                running = RunningServer(base_url=base_url, server=server, config=clean,
+                                        label=spec.process_name)
+                try:
+                    yield running
+                finally:
+                    log = server.log_tail(spec.log_read_chars)
+                    facts = self.log_facts(log)
+                    versions = self.engine_versions()
+                    if self.engine not in versions and "engine_version_reported" in facts:
+                        versions[self.engine] = facts["engine_version_reported"]
+                    log_tail = self.log_to_store(log)
+                    running.versions = versions
+                    running.facts = {
+                        "argv": argv, **launch_details,
+                        "engine_version": version or versions.get(self.engine),
+                        "model": served.model.label, "model_path": str(served.model.path),
+                        "dummy_weights": served.model.dummy_weights,
+                        "max_model_len": max_model_len, "startup_s": startup_s, **facts,
+                        "engine_log_tail": log_tail, "engine_log_tail_chars": len(log_tail),
+                    }
 
     # -- hooks of a target that starts its server -----------------------------------------------
 
@@ -321,6 +385,18 @@ class ServingTarget(GoodputFromSLO, Target):
     def log_to_store(self, log: str) -> str:
         """The part of the server log to store with the trial (default: all that was read)."""
         return log
+
+    def reference_harness(self) -> ReferenceHarness | None:
+        """The independent load generator ``advisor crosscheck`` compares the client with (None:
+        none fits this engine)."""
+        return None
+
+    def with_memory_share(self, config: Mapping[str, Any], share: float) -> dict[str, Any]:
+        """``config`` with the engine's memory limited to ``share`` of the accelerator, so that
+        several servers can be up at once (``advisor crosscheck --co-resident``). Raises
+        :class:`ConfigRejectedError` when the engine has no such knob (the default)."""
+        raise ConfigRejectedError(f"the {self.name} target cannot share an accelerator between "
+                                  "servers")
 
     # -- reproduction ---------------------------------------------------------------------------
 

@@ -23,14 +23,21 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from advisor.errors import EngineUnavailableError, WorkloadError
+from objectives.llm.reference import ReferenceHarness
 from objectives.llm.server import (
+    CLIENT_PROCESSES_MAX_PARAM,
     CLIENT_PROCESSES_PARAM,
+    client_processes_max_param,
     client_processes_param,
     measure_endpoint,
 )
+from objectives.llm.server_metrics import MetricVocabulary, ServerMetricsError, scrape
 from objectives.llm.serving_target import ServingTarget
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn
+from objectives.targets.tensorrt_llm_target import TRTLLM_METRICS
+from objectives.targets.vllm_bench import VllmBenchServe
+from objectives.targets.vllm_target import VLLM_METRICS
 from objectives.workload import Workload
 
 __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "MODEL_ENV", "Endpoint", "OpenAITarget",
@@ -39,7 +46,12 @@ __all__ = ["API_KEY_ENV", "BASE_URL_ENV", "MODEL_ENV", "Endpoint", "OpenAITarget
 BASE_URL_ENV = "ADVISOR_OPENAI_BASE_URL"
 MODEL_ENV = "ADVISOR_OPENAI_MODEL"
 API_KEY_ENV = "ADVISOR_OPENAI_API_KEY"
-TARGET_PARAMS = frozenset({"base_url", "served_model", "extra_body", CLIENT_PROCESSES_PARAM})
+TARGET_PARAMS = frozenset({"base_url", "served_model", "extra_body", "server_metrics",
+                           CLIENT_PROCESSES_PARAM, CLIENT_PROCESSES_MAX_PARAM})
+#: The engines whose metrics the ``server_metrics`` param can name; "auto" tries them in order.
+KNOWN_VOCABULARIES: dict[str, MetricVocabulary] = {v.source: v for v in (VLLM_METRICS,
+                                                                         TRTLLM_METRICS)}
+AUTO = "auto"
 #: Sent with every request unless the workload's ``extra_body`` replaces it: vLLM, TensorRT-LLM
 #: and SGLang then produce exactly ``max_tokens`` tokens. Hosted APIs that refuse unknown fields
 #: need ``extra_body: {}`` (output lengths then vary with the model's EOS).
@@ -91,6 +103,27 @@ def resolve_endpoint(params: Mapping[str, Any], env: Mapping[str, str] | None = 
     return Endpoint(base, str(model))
 
 
+def server_vocabulary(base_url: str, choice: Any) -> MetricVocabulary | None:
+    """The metrics vocabulary of the endpoint: the one named by the ``server_metrics`` param, or
+    with "auto" (the default) the first known one whose metrics the endpoint serves; None for
+    "none" or when it serves none (its trials are then "unchecked")."""
+    if choice == NONE_CHOICE:
+        return None
+    if choice != AUTO:
+        if choice not in KNOWN_VOCABULARIES:
+            raise WorkloadError(f"workload param server_metrics must be {AUTO!r}, "
+                                f"{NONE_CHOICE!r} or one of {sorted(KNOWN_VOCABULARIES)}, "
+                                f"got {choice!r}")
+        return KNOWN_VOCABULARIES[choice]
+    for vocabulary in KNOWN_VOCABULARIES.values():
+        try:
+            scrape(base_url, vocabulary)
+        except ServerMetricsError:
+            continue
+        return vocabulary
+    return None
+
+
 class OpenAITarget(ServingTarget):
     """Any running OpenAI-compatible endpoint, measured from the client side."""
 
@@ -133,18 +166,26 @@ class OpenAITarget(ServingTarget):
         extra_body = served.target_params.get("extra_body", DEFAULT_EXTRA_BODY)
         if not isinstance(extra_body, Mapping):
             raise WorkloadError(f"workload param extra_body must be a mapping, got {extra_body!r}")
+        vocabulary = server_vocabulary(endpoint.base_url,
+                                       served.target_params.get("server_metrics", AUTO))
         metrics, details = measure_endpoint(
             endpoint.base_url, endpoint.model, served, api_key=os.environ.get(API_KEY_ENV),
             extra_body=extra_body,
             concurrency=None if cap == NONE_CHOICE else int(cap),
             rate_scale=float(clean["request_rate_scale"]),
-            client_processes=client_processes_param(served.target_params))
+            client_processes=client_processes_param(served.target_params),
+            max_client_processes=client_processes_max_param(served.target_params),
+            vocabulary=vocabulary)
         details.update({"base_url": endpoint.base_url, "served_model": endpoint.model,
                         "extra_body": dict(extra_body),
                         "prompt_lengths": "nominal: exact only when the endpoint serves an "
                                           "advisor model directory (word-level tokenizer)"})
         return Measurement(metrics=metrics, engine_versions=self.engine_versions(),
                            details=details, duration_s=time.perf_counter() - started)
+
+    def reference_harness(self) -> ReferenceHarness | None:
+        # vllm bench serve drives any OpenAI-compatible completions endpoint.
+        return VllmBenchServe()
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """There is no server to launch: the client settings that reproduce ``config``."""

@@ -25,6 +25,7 @@ import yaml
 
 from advisor.errors import ConfigRejectedError
 from objectives.llm.server import ServingWorkload
+from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.serving_target import (
     EngineServer,
     ServingTarget,
@@ -38,6 +39,7 @@ from search_spaces.knobs import Knob
 __all__ = [
     "COMMAND_ENV",
     "DEFAULT_COMMAND",
+    "TRTLLM_METRICS",
     "TensorRTLLMTarget",
     "TrtllmLaunch",
     "build_argv",
@@ -73,6 +75,24 @@ class TrtllmLaunch:
 
     def options_yaml(self) -> str:
         return yaml.safe_dump(self.extra_options, sort_keys=True)
+
+
+#: The Prometheus series ``trtllm-serve`` exposes on ``/prometheus/metrics`` when the LLM API's
+#: ``return_perf_metrics`` is on (from TensorRT-LLM's tensorrt_llm/metrics/collector.py and
+#: serve/openai_server.py ``mount_metrics``; read from the source, never run here). It has no
+#: prefix-cache reset endpoint.
+TRTLLM_METRICS = MetricVocabulary(
+    source="tensorrt-llm", path="/prometheus/metrics",
+    ttft="trtllm_time_to_first_token_seconds",
+    tpot="trtllm_time_per_output_token_seconds",
+    e2e="trtllm_e2e_request_latency_seconds",
+    queue="trtllm_request_queue_time_seconds",
+    generation_tokens="trtllm_generation_tokens_total",
+    finished_requests="trtllm_request_success_total",
+    running="trtllm_num_requests_running",
+    waiting="trtllm_num_requests_waiting",
+    kv_cache_usage="trtllm_kv_cache_utilization",
+)
 
 
 def server_command(env: Mapping[str, str] | None = None) -> list[str]:
@@ -164,6 +184,7 @@ class TensorRTLLMTarget(ServingTarget):
         "pip install tensorrt-llm (NVIDIA's CUDA wheels; see docs/engines.md)"
     )
     engine_server: ClassVar[EngineServer] = ENGINE_SERVER
+    server_metrics: ClassVar[MetricVocabulary | None] = TRTLLM_METRICS
 
     # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 
@@ -173,6 +194,9 @@ class TensorRTLLMTarget(ServingTarget):
         launch = build_launch(config, model_dir=served.model.path, port=port,
                               engine_version=engine_version, max_model_len=max_model_len,
                               dummy_weights=served.model.dummy_weights)
+        # Measured trials ask for the per-request metrics (/prometheus/metrics); a deployment's
+        # launch_command leaves them off.
+        launch.extra_options["return_perf_metrics"] = True
         options = workdir / "extra_llm_api_options.yaml"
         options.write_text(launch.options_yaml())
         argv = [*launch.argv, OPTIONS_FLAG, str(options)] if launch.extra_options else launch.argv

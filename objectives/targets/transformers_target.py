@@ -32,6 +32,7 @@ from objectives.llm.metrics import GoodputFromSLO, request_samples, summarize
 from objectives.llm.models import model_config
 from objectives.llm.requests import RequestRecord, RequestSpec
 from objectives.llm.server import ModelSource, ServingWorkload, package_versions
+from objectives.llm.validity import unchecked_details
 from objectives.llm.workload import (
     KIND,
     PRESETS,
@@ -359,6 +360,9 @@ class TransformersTarget(GoodputFromSLO, Target):
                                if isinstance(passes_before, int) and isinstance(passes_after, int)
                                else None),
             "requests": request_samples(records),
+            # The engine runs in this process and this process times its tokens: nothing
+            # independent can check the timings (docs/metrics.md, the validity gate).
+            **unchecked_details("in-process engine: no independent server-side timing"),
         }
         if errors := [r.error for r in records if r.error is not None and r.cut_s is None]:
             details["first_request_errors"] = errors[:3]

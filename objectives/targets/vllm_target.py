@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from advisor.errors import ConfigRejectedError, SearchSpaceError
+from objectives.llm.reference import ReferenceHarness
 from objectives.llm.server import ServingWorkload, package_versions
+from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.serving_target import (
     EngineServer,
     ServingTarget,
@@ -34,6 +36,7 @@ from objectives.llm.serving_target import (
     validation_errors,
 )
 from objectives.target import checked_config
+from objectives.targets.vllm_bench import VllmBenchServe
 from objectives.workload import Workload
 from search_spaces import SearchSpace
 from search_spaces.knobs import Knob
@@ -41,6 +44,7 @@ from search_spaces.knobs import Knob
 __all__ = [
     "COMMAND_ENV",
     "DEFAULT_COMMAND",
+    "VLLM_METRICS",
     "VllmTarget",
     "build_argv",
     "check_feasible",
@@ -86,6 +90,27 @@ ENGINE_SERVER = EngineServer(
     label="vLLM", process_name="vllm serve", scratch_name="vllm", command_env=COMMAND_ENV,
     default_command=DEFAULT_COMMAND, startup_timeout_s=DEFAULT_STARTUP_TIMEOUT_S,
     log_read_chars=FULL_LOG_CHARS)
+
+
+#: The Prometheus series ``vllm serve`` exposes on ``/metrics`` (checked against vLLM 0.26.0's
+#: vllm/v1/metrics/loggers.py: histograms are observed in the API server's output processor,
+#: TTFT and E2E from the request's arrival, TPOT as decode time / (tokens - 1) per request).
+#: ``/reset_prefix_cache`` exists when the server runs with ``VLLM_SERVER_DEV_MODE=1``.
+VLLM_METRICS = MetricVocabulary(
+    source="vllm", path="/metrics",
+    ttft="vllm:time_to_first_token_seconds",
+    tpot="vllm:request_time_per_output_token_seconds",
+    itl="vllm:inter_token_latency_seconds",
+    e2e="vllm:e2e_request_latency_seconds",
+    queue="vllm:request_queue_time_seconds",
+    generation_tokens="vllm:generation_tokens_total",
+    finished_requests="vllm:request_success_total",
+    running="vllm:num_requests_running",
+    waiting="vllm:num_requests_waiting",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+    preemptions="vllm:num_preemptions_total",
+    reset_cache_path="/reset_prefix_cache",
+)
 
 
 def server_command(env: Mapping[str, str] | None = None) -> list[str]:
@@ -208,6 +233,7 @@ class VllmTarget(ServingTarget):
         "docs/engines.md)"
     )
     engine_server: ClassVar[EngineServer] = ENGINE_SERVER
+    server_metrics: ClassVar[MetricVocabulary | None] = VLLM_METRICS
 
     # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 
@@ -223,7 +249,10 @@ class VllmTarget(ServingTarget):
         check_feasible(config, max_model_len)
 
     def server_env(self, served: ServingWorkload) -> dict[str, str] | None:
-        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        # Dev mode only adds endpoints; the trial uses /reset_prefix_cache so that replaying the
+        # same prompts (several rates, a re-measure, the reference harness) is never a cache hit.
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+               "VLLM_SERVER_DEV_MODE": "1"}
         if served.model.dummy_weights:
             env.setdefault("HF_HUB_OFFLINE", "1")  # everything it needs is in the model dir
         return env
@@ -236,6 +265,16 @@ class VllmTarget(ServingTarget):
 
     def log_to_store(self, log: str) -> str:
         return log_excerpt(log)
+
+    def reference_harness(self) -> ReferenceHarness | None:
+        return VllmBenchServe()
+
+    def with_memory_share(self, config: Mapping[str, Any], share: float) -> dict[str, Any]:
+        """``gpu_memory_utilization`` set to ``share``: vLLM refuses to start when less than that
+        fraction of the GPU is free, so co-resident servers each take at most 1 / n."""
+        if not 0 < share < 1:
+            raise ConfigRejectedError(f"`0 < memory share < 1` must hold, got {share}")
+        return {**self.validate_config(config), "gpu_memory_utilization": share}
 
     # -- reproduction ---------------------------------------------------------------------------
 

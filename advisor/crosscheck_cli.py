@@ -1,0 +1,181 @@
+"""`advisor crosscheck`: the advisor's client against a reference harness and the server's own
+metrics, on one server, before any GPU run's trials are trusted (see advisor/crosscheck.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from advisor.cli import (
+    _enqueued,
+    _fmt,
+    _resolve_workload,
+    _settings,
+    _sigterm_interrupts,
+    _store,
+    err,
+    out,
+)
+from advisor.crosscheck import (
+    GOAL_METRICS,
+    GOAL_RELATIVE,
+    CrosscheckPlan,
+    CrosscheckReport,
+    Measured,
+    run_crosscheck,
+    write_report,
+)
+from advisor.errors import AdvisorError
+from objectives.registry import get_target
+
+__all__ = ["crosscheck_cmd"]
+
+
+def _configs(values: list[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``--config LABEL=KNOBS`` values (KNOBS as for --enqueue: inline YAML/JSON or @FILE)."""
+    if not values:
+        return (("default", {}),)
+    configs: list[tuple[str, dict[str, Any]]] = []
+    for value in values:
+        label, sep, knobs = value.partition("=")
+        if not sep or not label.strip() or not label.replace("-", "").replace("_", "").isalnum():
+            raise AdvisorError(f"--config expects LABEL=KNOBS (LABEL of letters, digits, - and "
+                               f"_), got {value!r}")
+        if knobs.strip() in ("", "{}", "default"):
+            configs.append((label.strip(), {}))
+            continue
+        items = _enqueued([knobs])
+        if len(items) != 1:
+            raise AdvisorError(f"--config {label}: expected one mapping of knobs, got "
+                               f"{len(items)}")
+        configs.append((label.strip(), items[0]))
+    return tuple(configs)
+
+
+def crosscheck_cmd(
+    target: Annotated[str, typer.Option(help="LLM serving target (vllm, openai, ...).")
+                      ] = "vllm",
+    rate: Annotated[list[float] | None, typer.Option(
+        "--rate", help="Poisson arrival rate in req/s to measure at (repeatable).")] = None,
+    workload: Annotated[str | None, typer.Option(
+        help="Workload preset or file (default: the target's).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model shape or local path (sets the workload's `model`).")] = None,
+    workload_param: Annotated[list[str] | None, typer.Option(
+        "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable).")
+                              ] = None,
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", help="A config to start the server with, LABEL=KNOBS (repeatable; KNOBS "
+        "as for `tune --enqueue`; knobs left out keep the engine default). Default: "
+        "default={} (the engine's defaults).")] = None,
+    repeats: Annotated[int, typer.Option(
+        help="Advisor-client measurements per config and rate, interleaved (1..20).")] = 1,
+    reference_repeats: Annotated[int, typer.Option(
+        help="Reference-harness runs per config and rate (0: none), after the advisor's.")] = 1,
+    reference_config: Annotated[list[str] | None, typer.Option(
+        "--reference-config", help="Run the reference harness for this config only "
+        "(repeatable; default: every config).")] = None,
+    co_resident: Annotated[bool, typer.Option(
+        help="Start every config's server at once (each with --memory-share of the GPU) and "
+             "alternate between them within each round: a paired comparison without "
+             "restarts.")] = False,
+    memory_share: Annotated[float | None, typer.Option(
+        help="With --co-resident: the share of the accelerator each server may use.")] = None,
+    base_url: Annotated[str | None, typer.Option(
+        help="Measure this running server instead of starting one.")] = None,
+    served_model: Annotated[str | None, typer.Option(
+        help="With --base-url: the model name the server serves.")] = None,
+    store_as: Annotated[str | None, typer.Option(
+        help="Store every advisor measurement as a trial of study <NAME>@<rate>rps.")] = None,
+    slo: Annotated[str | None, typer.Option(
+        help="SLO the stored trials are scored against (default: the target's).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the JSONL report here.")] = None,
+    metrics_sample: Annotated[Path | None, typer.Option(
+        help="Write the server's raw metrics text after the first measurement here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """Cross-check the advisor's client against a reference harness and the server's metrics.
+
+    For each config and rate: the advisor's client measures as a trial does (server scrape and
+    validity gate included), then the reference harness (vLLM: `vllm bench serve`) replays the
+    same requests on the same server. Prints advisor vs reference vs server with ratios, and
+    whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference or agree with
+    the server. Run it first in every GPU run that measures LLM trials.
+    """
+    _sigterm_interrupts()
+    if not rate:
+        raise AdvisorError("crosscheck needs at least one --rate, e.g. --rate 15 --rate 45")
+    settings = _settings()
+    tgt = get_target(target)
+    params = [*(workload_param or []), *([f"model={model}"] if model else [])]
+    wl = _resolve_workload(tgt, workload, params)
+    plan = CrosscheckPlan(target=target, workload=wl, rates=tuple(rate),
+                          configs=_configs(config or []), repeats=repeats,
+                          reference_repeats=reference_repeats, co_resident=co_resident,
+                          memory_share=memory_share, base_url=base_url,
+                          served_model=served_model, store_as=store_as, slo=slo,
+                          reference_configs=tuple(reference_config) if reference_config
+                          else None)
+    store = _store(settings) if store_as else None
+
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("")
+
+    def show(one: Measured) -> None:
+        if output is not None:  # kept as measured, so an interrupted run loses nothing
+            with output.open("a") as f:
+                f.write(json.dumps({"type": "measurement", **one.to_dict()}, default=str) + "\n")
+        if one.error:
+            err.print(f"  {one.kind} {one.config} @ {one.rate_rps:g} req/s failed: "
+                      f"{one.error.splitlines()[0][:200]}", highlight=False)
+            return
+        m = one.metrics
+        err.print(f"  {one.kind:9} {one.config} @ {one.rate_rps:g} req/s: "
+                  f"TTFT p95 {_fmt(m.get('ttft_p95_ms'))} ms, TPOT p95 "
+                  f"{_fmt(m.get('tpot_p95_ms'))} ms, {_fmt(m.get('output_tokens_per_s'))} tok/s"
+                  f" [{one.validity}]", highlight=False)
+
+    report = run_crosscheck(plan, cache_dir=settings.cache_dir, store=store,
+                            progress=lambda msg: err.print(msg, highlight=False),
+                            on_measured=show, metrics_sample=metrics_sample)
+    if output is not None:
+        write_report(report, output)
+        err.print(f"report written to {output}", highlight=False)
+    rows = report.rows()
+    if as_json:
+        out.print_json(json.dumps(rows, default=str))
+        return
+    _print_rows(report, rows)
+
+
+def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"crosscheck {report.session}: advisor vs {report.facts['reference']} "
+                        "vs server (ms, tok/s)")
+    for col in ("config", "req/s", "figure", "advisor", "reference", "ratio", "server",
+                "goal"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        for metric in GOAL_METRICS:
+            f = row["figures"][metric]
+            ratio = f.get("ratio")
+            server = f.get("server_advisor_window")
+            goal = ("met" if f["goal_met"] else "MISSED") + (
+                " (server)" if f["goal_met"] and not f["within_goal_of_reference"] else "")
+            table.add_row(row["config"], f"{row['rate_rps']:g}", metric, _fmt(f["advisor"]),
+                          _fmt(f["reference"]), "" if ratio is None else f"{ratio:.2f}",
+                          _fmt(server), goal)
+    out.print(table)
+    missed = [r for r in rows if not r["goal_met"]]
+    out.print(f"{len(rows) - len(missed)} of {len(rows)} config x rate rows within "
+              f"{GOAL_RELATIVE:.0%} of the reference or agreeing with the server.")
+    if report.facts.get("clamped_lengths"):
+        out.print("lengths clamped for the reference harness: "
+                  + yaml.safe_dump(report.facts["clamped_lengths"], default_flow_style=True)
+                  .strip())

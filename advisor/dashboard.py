@@ -1,0 +1,212 @@
+"""``advisor dashboard``: optuna-dashboard on the trial store, with the best *feasible* trial.
+
+optuna-dashboard (0.21) picks a single-objective study's "Best Trial" with
+``storage.get_best_trial``, which ignores constraints: a trial that missed the SLO is marked best
+when its objective is highest. It reads everything else this project writes for it (see
+:func:`advisor.driver.tell_constraints` and :func:`advisor.driver.describe_optuna_study`): the
+constraint list greys infeasible trials out in its plots; metric names, SLO and margins are shown
+by name. This module wraps the dashboard's WSGI app and rewrites only the ``best_trials`` of its
+study-detail answer to Optuna's own definition: the best trial among those whose constraints are
+all ``<= 0`` (none when no trial met the SLO).
+
+Imported studies (shipped knowledge, ``advisor knowledge import``) have no Optuna history: their
+trials were run against another database. :func:`backfill_optuna_studies` builds one from the
+stored trials (configs, objective, SLO margins, failures), so the dashboard shows them too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from advisor.driver import DASHBOARD_CONSTRAINTS_KEY, StudyDriver, describe_optuna_study
+from advisor.errors import AdvisorError
+from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge.models import StudyStatus
+from objectives import SLO
+from objectives.registry import get_target
+from search_spaces import Knob, SearchSpace
+
+__all__ = ["backfill_optuna_studies", "best_feasible_trial", "dashboard_app"]
+
+_STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def best_feasible_trial(trials: Iterable[FrozenTrial], direction: optuna.study.StudyDirection
+                        ) -> FrozenTrial | None:
+    """The complete trial with the best value among those meeting every constraint, as
+    ``optuna.Study.best_trial`` defines it for constrained studies; None when none does."""
+    feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                and all(v <= 0 for v in t.constraints.values())]
+    if not feasible:
+        return None
+    sign = 1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    return max(feasible, key=lambda t: (sign * float(t.value or 0.0), -t.number))
+
+
+class _FeasibleBest:
+    """WSGI middleware: the dashboard's answer for one study, with ``best_trials`` recomputed."""
+
+    def __init__(self, app: WSGIApp, storage: optuna.storages.BaseStorage) -> None:
+        self.app, self.storage = app, storage
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        match = _STUDY_DETAIL.fullmatch(environ.get("PATH_INFO", ""))
+        if match is None or environ.get("REQUEST_METHOD") != "GET":
+            return self.app(environ, start_response)
+        seen: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None
+                    ) -> Callable[[bytes], None]:
+            seen.update(status=status, headers=headers)
+            return lambda _: None
+
+        body = b"".join(self.app(environ, capture))
+        status, headers = seen["status"], seen["headers"]
+        if status.startswith("200"):
+            body = self._rewrite(int(match.group(1)), body)
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _rewrite(self, study_id: int, body: bytes) -> bytes:
+        from optuna_dashboard._serializer import serialize_frozen_trial
+
+        data = json.loads(body)
+        directions = self.storage.get_study_directions(study_id)
+        if len(directions) != 1 or data.get("is_preferential"):
+            return body
+        trials = self.storage.get_all_trials(study_id, deepcopy=False,
+                                             states=(TrialState.COMPLETE,))
+        best = best_feasible_trial(trials, directions[0])
+        system_attrs = self.storage.get_study_system_attrs(study_id)
+        data["best_trials"] = [] if best is None else [
+            serialize_frozen_trial(study_id, best, system_attrs)]
+        return json.dumps(data).encode()
+
+
+def dashboard_app(storage: optuna.storages.BaseStorage) -> WSGIApp:
+    """optuna-dashboard's WSGI app on ``storage``, its best trial the best feasible one."""
+    try:
+        from optuna_dashboard import wsgi
+    except ImportError:
+        from advisor.errors import EngineUnavailableError
+
+        raise EngineUnavailableError("optuna-dashboard is not installed: pip install "
+                                     "'slo-advisor[dashboard]'") from None
+    return _FeasibleBest(wsgi(storage), storage)
+
+
+# -- imported studies ---------------------------------------------------------------------------
+
+
+def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStorage) -> int:
+    """Create the Optuna study of every imported study that has none; returns how many.
+
+    Each stored trial becomes an Optuna trial: a measured one complete, with its objective, its
+    SLO margins as constraints and the same user attributes a tuned trial gets; a failed one
+    failed. The Optuna study is marked ``imported`` and is a record only: imported studies are
+    not resumed (their sampler history stayed in the database they were run against).
+    """
+    existing = {s.study_name for s in storage.get_all_studies()}
+    created = 0
+    for study in store.list_studies():
+        if study.status != StudyStatus.IMPORTED or study.name in existing:
+            continue
+        _build(store, storage, study)
+        created += 1
+    return created
+
+
+def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord) -> None:
+    spec = StudyDriver._spec_of(study, None)
+    try:
+        space: SearchSpace | None = get_target(study.target).space()
+    except AdvisorError:  # a target this install does not have: knobs become categorical
+        space = None
+    records = [r for r in store.trials_of_study(study.id or 0)
+               if r.status in (TrialStatus.COMPLETE, TrialStatus.FAILED)]
+    # One distribution per knob for the whole study (Optuna refuses a categorical whose choices
+    # change between trials), covering every value the trials hold.
+    seen: dict[str, list[Any]] = {}
+    for rec in records:
+        for k, v in rec.config.items():
+            if v not in seen.setdefault(k, []):
+                seen[k].append(v)
+    distributions = {k: _distribution(space, k, values) for k, values in seen.items()}
+    frozen = [_frozen_trial(rec, spec.slo, distributions) for rec in records]
+    ostudy = optuna.create_study(storage=storage, study_name=study.name,
+                                 direction=spec.objective.direction, load_if_exists=True)
+    describe_optuna_study(ostudy, spec)
+    ostudy.set_user_attr("imported", True)
+    ostudy.add_trials(frozen)
+
+
+def _frozen_trial(rec: TrialRecord, slo: SLO, distributions: dict[str, BaseDistribution]
+                  ) -> FrozenTrial:
+    dists = {k: distributions[k] for k in rec.config}
+    user_attrs: dict[str, Any] = {"store_trial_id": rec.id}  # `advisor trials` shows this id
+    if role := rec.details.get("role"):
+        user_attrs["advisor_role"] = role
+    measured = rec.status == TrialStatus.COMPLETE and rec.objective_value is not None and all(
+        rec.metrics.get(m) is not None for m in slo.metrics)
+    if not measured:
+        user_attrs["error"] = f"{rec.error_type}: {(rec.error or '').splitlines()[0][:200]}" \
+            if rec.error else str(rec.error_type)
+        return _dated(rec, optuna.trial.create_trial(
+            state=TrialState.FAIL, params=dict(rec.config), distributions=dists,
+            user_attrs=user_attrs))
+    margins = [b.margin(float(rec.metrics[b.metric])) for b in slo.bounds]
+    user_attrs.update({m: float(rec.metrics[m]) for m in slo.metrics})
+    user_attrs.update({f"margin {b}": m for b, m in zip(slo.bounds, margins, strict=True)})
+    user_attrs["slo_met"] = all(m <= 0 for m in margins)
+    return _dated(rec, optuna.trial.create_trial(
+        value=float(rec.objective_value or 0.0), params=dict(rec.config), distributions=dists,
+        user_attrs=user_attrs, system_attrs={DASHBOARD_CONSTRAINTS_KEY: margins}))
+
+
+def _dated(rec: TrialRecord, trial: FrozenTrial) -> FrozenTrial:
+    """The trial with the times it ran (not the time of the import), for the timeline."""
+    trial.datetime_start = rec.started_at
+    trial.datetime_complete = rec.finished_at or rec.started_at
+    return trial
+
+
+def _numbers(values: list[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _distribution(space: SearchSpace | None, name: str, values: list[Any]) -> BaseDistribution:
+    """The distribution a sampler draws knob ``name`` from (advisor/sampling.py), widened to hold
+    every one of ``values`` when the knob space changed since the trials ran."""
+    knob: Knob | None = next((k for k in space if k.name == name), None) if space else None
+    if knob is not None and knob.type in ("int", "float") and _numbers(values):
+        low, high = min(float(knob.low or 0.0), *values), max(float(knob.high or 0.0), *values)
+        log = knob.log and low > 0
+        if knob.type == "int" and all(isinstance(v, int) for v in values):
+            step = int(knob.step) if knob.step and not log else 1
+            if any((v - int(low)) % step for v in values):
+                step = 1
+            high = low + (int(high) - int(low)) // step * step
+            return IntDistribution(int(low), int(high), log=log, step=step)
+        return FloatDistribution(low, high, log=log)
+    choices: list[Any] = []
+    if knob is not None and knob.type == "categorical":
+        choices = list(knob.choices)
+    elif knob is not None and knob.type == "bool":
+        choices = [False, True]
+    return CategoricalDistribution([*choices, *(v for v in values if v not in choices)])

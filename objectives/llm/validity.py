@@ -1,0 +1,282 @@
+"""The validity gate: a serving measurement counts only when the client's timings agree with the
+server's own and the client kept up with its schedule.
+
+The client is the only one that sees what a user sees (the network, the HTTP path, the queue
+before admission); the server's histograms are the only ones immune to a lagging client. A trial
+is ``valid`` when both agree within :class:`Tolerance` on every figure both have, and the client's
+event loop and send schedule stayed within :data:`MAX_LOOP_LAG_P99_MS` and
+:data:`MAX_SEND_LATE_P99_MS`. Otherwise it gets a named reason:
+
+- ``client_bound``: the client's own health failed — its event loop woke late or it sent requests
+  behind schedule — so every timestamp it took may be late; re-measuring with more client
+  processes is the remedy;
+- ``server_disagrees``: the client kept up but saw *less* than the server, or the request and
+  token counts differ (other traffic on the server, a proxy, requests the server never saw);
+- ``unchecked``: the endpoint exposes no usable metrics, so only the client's own lag was checked.
+
+A healthy client that reads *more* than the server is not an error: vLLM stamps a request's
+arrival in its API server after the HTTP layer and tokenisation, so a busy frontend delays
+requests before its histograms start (seen on the H200: client lag p99 1.1 ms with 8 processes,
+TTFT and E2E means both ~260 ms above the server's at 75 req/s, and ``vllm bench serve`` reading
+above the server too). The window stays ``valid`` and the gap is recorded as
+``frontend_delay_ms`` (client minus server TTFT mean): it is latency a user sees.
+
+Percentile checks use the bucket a server percentile is known to lie in (``p95_bracket_ms`` from
+:mod:`objectives.llm.server_metrics`): the client's value agrees when it is within tolerance of
+that bracket. Means are exact on both sides and checked directly. docs/metrics.md justifies the
+bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from objectives.llm.requests import RequestRecord
+
+__all__ = [
+    "GATE_VERSION",
+    "MAX_LOOP_LAG_P99_MS",
+    "MAX_SEND_LATE_P99_MS",
+    "Check",
+    "Tolerance",
+    "Verdict",
+    "judge",
+    "rejudge",
+    "unchecked_details",
+]
+
+#: Bumped when the gate's rules change (stored with every verdict). 1: a client reading more than
+#: the server was client-bound; 2: only the client's own health makes it client-bound.
+GATE_VERSION = 2
+VALID, UNCHECKED, CLIENT_BOUND, SERVER_DISAGREES = (
+    "valid", "unchecked", "client_bound", "server_disagrees")
+#: A client whose event loop woke later than this at the 99th percentile timed chunks late by as
+#: much: half the TTFT tolerance's absolute floor.
+MAX_LOOP_LAG_P99_MS = 10.0
+#: Requests sent later than their arrival by more than this (p99, no concurrency cap) mean the
+#: client could not keep its schedule.
+MAX_SEND_LATE_P99_MS = 10.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far client and server may differ: ``max(relative * server value, floor_ms)``.
+
+    15 % is the agreement the reference cross-check asks for. The floors cover what lies between
+    the engine's timestamp and the client's read on one host (SSE framing, detokenisation, the
+    HTTP stack): ~milliseconds for TTFT and E2E, and far less per token for TPOT, which divides
+    the first-to-last-chunk span by the output length (>= 16 tokens in the presets)."""
+
+    relative: float = 0.15
+    ttft_floor_ms: float = 20.0
+    e2e_floor_ms: float = 20.0
+    tpot_floor_ms: float = 1.0
+    #: Request counts and streamed tokens are exact on both sides, but a request cut off at the
+    #: drain limit may have produced tokens the client never read.
+    count_relative: float = 0.05
+
+    def allowed_ms(self, family: str, reference_ms: float) -> float:
+        floor = {"ttft": self.ttft_floor_ms, "e2e": self.e2e_floor_ms,
+                 "tpot": self.tpot_floor_ms}[family]
+        return max(self.relative * abs(reference_ms), floor)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One figure compared: the client's value, the server's (with its bracket for a percentile)
+    and whether they agree. ``excess`` > 0 means the client read more than the server allows."""
+
+    name: str
+    client: float
+    server: float
+    allowed: float
+    agrees: bool
+    excess: float
+    bracket: tuple[float, float | None] | None = None
+
+    def describe(self) -> str:
+        where = ""
+        if self.bracket is not None:
+            hi = "inf" if self.bracket[1] is None else f"{self.bracket[1]:.4g}"
+            where = f" in [{self.bracket[0]:.4g}, {hi}]"
+        return (f"{self.name}: client {self.client:.4g} vs server {self.server:.4g}{where} "
+                f"(allowed ±{self.allowed:.3g})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's answer for one measured window."""
+
+    validity: str
+    reasons: tuple[str, ...]
+    checks: tuple[Check, ...]
+    loop_lag_p99_ms: float | None
+    send_late_p99_ms: float | None
+    #: Client minus server TTFT mean (ms): delay before the server's histograms start.
+    frontend_delay_ms: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.validity == VALID
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"validity": self.validity, "reasons": list(self.reasons),
+                "checks": [asdict(c) for c in self.checks],
+                "loop_lag_p99_ms": self.loop_lag_p99_ms,
+                "send_late_p99_ms": self.send_late_p99_ms,
+                "frontend_delay_ms": self.frontend_delay_ms}
+
+
+def unchecked_details(reason: str) -> dict[str, Any]:
+    """The verdict details of a trial that nothing independent can check (an in-process engine
+    whose tokens the same process times): ``unchecked``, with why."""
+    return {"validity": UNCHECKED, "validity_reasons": [reason], "validity_checks": [],
+            "validity_gate": GATE_VERSION,
+            "server_metrics": {"available": False, "reason": reason}}
+
+
+def rejudge(details: Mapping[str, Any]) -> str | None:
+    """The current gate's verdict on a stored window, from what its details kept (the checks,
+    the client's loop lag, its send lateness or, for a version-1 verdict, its reasons); None when
+    the details hold no verdict. Lets trials judged by an older gate be judged again without
+    re-measuring them."""
+    if "validity" not in details:
+        return None
+    checks = details.get("validity_checks") or []
+    if not checks:
+        return str(details["validity"])
+    lag = details.get("client_loop_lag_p99_ms")
+    late = details.get("client_send_late_p99_ms")
+    reasons = " ".join(details.get("validity_reasons") or [])
+    lagging = (lag is not None and lag > MAX_LOOP_LAG_P99_MS) or (
+        late is not None and late > MAX_SEND_LATE_P99_MS) or (
+        late is None and "requests sent late" in reasons)
+    if lagging:
+        return CLIENT_BOUND
+    if all(c["agrees"] or (c["name"].endswith("_ms") and c["excess"] > 0) for c in checks):
+        return VALID
+    return SERVER_DISAGREES
+
+
+def _client_view(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """The client's per-request figures (ms) over the requests the server's histograms hold: TTFT
+    for every request that got a first chunk (cut ones too), TPOT and E2E for finished ones."""
+    ttft, tpot, e2e = [], [], []
+    for r in records:
+        if not r.chunk_times_s:
+            continue
+        first = (r.chunk_times_s[0] - r.scheduled_s) * 1e3
+        ttft.append(first)
+        if r.ok and r.end_s is not None:
+            total = (r.end_s - r.scheduled_s) * 1e3
+            e2e.append(total)
+            if r.output_tokens > 1:
+                tpot.append((total - first) / (r.output_tokens - 1))
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+
+
+def _bracket_check(name: str, family: str, client: float, server: Mapping[str, Any], q: int,
+                   tolerance: Tolerance) -> Check | None:
+    estimate, bracket = server.get(f"p{q}_ms"), server.get(f"p{q}_bracket_ms")
+    if estimate is None or bracket is None:
+        return None
+    lower, upper = float(bracket[0]), (None if bracket[1] is None else float(bracket[1]))
+    allowed = tolerance.allowed_ms(family, float(estimate))
+    if client < lower:
+        excess = client - lower
+    elif upper is not None and client > upper:
+        excess = client - upper
+    else:
+        excess = 0.0
+    agrees = abs(excess) <= allowed
+    return Check(name, client, float(estimate), allowed, agrees, excess, (lower, upper))
+
+
+def _mean_check(name: str, family: str, client: float, server_mean: float,
+                tolerance: Tolerance) -> Check:
+    allowed = tolerance.allowed_ms(family, server_mean)
+    diff = client - server_mean
+    return Check(name, client, server_mean, allowed, abs(diff) <= allowed, diff)
+
+
+def _count_check(name: str, client: float, server: float, tolerance: Tolerance) -> Check:
+    allowed = max(tolerance.count_relative * max(client, server), 2.0)
+    diff = client - server
+    return Check(name, client, server, allowed, abs(diff) <= allowed, diff)
+
+
+def _p99(values: Sequence[float]) -> float | None:
+    return float(np.percentile(np.asarray(values), 99)) if len(values) else None
+
+
+def judge(records: Sequence[RequestRecord], server: Mapping[str, Any] | None, *,
+          loop_lag_s: Sequence[float] = (), capped: bool = False,
+          tolerance: Tolerance | None = None) -> Verdict:
+    """Compare the client's ``records`` of one window with the server's summary of the same
+    window (``summarize_window``; None when the server exposes none) and judge the window.
+
+    ``capped`` says a concurrency cap held requests back on purpose, so send lateness is not held
+    against the client. E2E is compared only when no request was cut off at the drain limit (the
+    server records aborted requests' E2E too; the client has only lower bounds for them).
+    """
+    tol = tolerance or Tolerance()
+    lag = _p99([x * 1e3 for x in loop_lag_s])
+    late = None if capped else _p99([(r.sent_s - r.scheduled_s) * 1e3 for r in records
+                                     if r.sent_s is not None])
+    reasons: list[str] = []
+    lagging = False
+    if lag is not None and lag > MAX_LOOP_LAG_P99_MS:
+        lagging = True
+        reasons.append(f"client event-loop lag p99 {lag:.1f} ms > {MAX_LOOP_LAG_P99_MS:g} ms")
+    if late is not None and late > MAX_SEND_LATE_P99_MS:
+        lagging = True
+        reasons.append(f"requests sent late: p99 {late:.1f} ms > {MAX_SEND_LATE_P99_MS:g} ms")
+    if not server or not any(f in server for f in ("ttft", "tpot", "e2e")):
+        why = "the server exposes no usable metrics"
+        if server and server.get("reason"):
+            why += f" ({server['reason']})"
+        return Verdict(CLIENT_BOUND if lagging else UNCHECKED, (*reasons, why), (), lag, late)
+    view = _client_view(records)
+    checks: list[Check] = []
+    cut = any(r.cut_s is not None for r in records)
+    for family in ("ttft", "tpot", "e2e"):
+        summary = server.get(family)
+        values = view[family]
+        if not summary or not values or (family == "e2e" and cut):
+            continue
+        if summary.get("mean_ms") is not None:
+            checks.append(_mean_check(f"{family}_mean_ms", family, float(np.mean(values)),
+                                      float(summary["mean_ms"]), tol))
+        for q in ((50, 95) if family == "ttft" else (95,)):
+            check = _bracket_check(f"{family}_p{q}_ms", family,
+                                   float(np.percentile(np.asarray(values), q)), summary, q, tol)
+            if check is not None:
+                checks.append(check)
+    ttft_summary = server.get("ttft")
+    if ttft_summary and ttft_summary.get("count") is not None:
+        checks.append(_count_check("requests_with_first_token", len(view["ttft"]),
+                                   float(ttft_summary["count"]), tol))
+    if server.get("generation_tokens_delta") is not None:
+        client_tokens = sum(r.output_tokens for r in records if r.ok) + sum(
+            len(r.chunk_times_s) for r in records if r.cut_s is not None)
+        checks.append(_count_check("output_tokens", float(client_tokens),
+                                   float(server["generation_tokens_delta"]), tol))
+    failed = [c for c in checks if not c.agrees]
+    reasons += [c.describe() for c in failed]
+    ttft_mean = next((c for c in checks if c.name == "ttft_mean_ms"), None)
+    delay = None if ttft_mean is None else ttft_mean.client - ttft_mean.server
+    if lagging:
+        validity = CLIENT_BOUND
+    elif all(c.agrees or (c.name.endswith("_ms") and c.excess > 0) for c in checks):
+        validity = VALID  # what disagrees is latency the client saw on top of the server's
+        if failed:
+            reasons = [f"frontend delay: the client read more than the server ({r})"
+                       for r in reasons]
+    else:
+        validity = SERVER_DISAGREES
+    return Verdict(validity, tuple(reasons), tuple(checks), lag, late, delay)
+

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The H200 re-measurement of 2026-12-01 (issue: "Measurements you can trust"), through the device
+# tool on nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna,
+# sqlalchemy, sqlmodel, ... wheels for Python 3.12). Every phase is an `advisor crosscheck`: the
+# advisor's client (server metrics + validity gate) and `vllm bench serve` on the same requests,
+# the same server, the same rates; every advisor measurement is stored as a trial. The `chat`
+# preset (prompts lognormal median 256, outputs median 128) clamped to what vllm bench serve's
+# ShareGPT loader replays (prompts <= 1,024 tokens), Poisson arrivals, WINDOW seconds of arrivals
+# per rate. Results land in $OUT: crosscheck-<phase>.jsonl, trials-<phase>.jsonl (the store,
+# exported), metrics-<phase>.txt (a raw /metrics exposition), log-<phase>.txt.
+#
+#   PHASE=8b-defaults bash scripts/device/h200_crosscheck_2026_12_01.sh > $OUT/log.txt 2>&1
+#   PHASE=1b          bash scripts/device/h200_crosscheck_2026_12_01.sh ...
+#   PHASE=8b-paired   bash scripts/device/h200_crosscheck_2026_12_01.sh ...
+#
+# 8b-defaults: vLLM's defaults alone on the GPU, 6 rates x 3 repeats, the reference once per rate.
+# 1b: the Llama-3.2-1B shape's defaults, 4 rates x 3 repeats + reference.
+# 8b-paired: vLLM's defaults and the config the shipped (client-bound) trials called best, both
+#     up at once (each limited to 0.45 of the GPU), measured in turn, 3 rates x 3 interleaved
+#     repeats; the reference for the non-default one.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}
+PHASE=${PHASE:?set PHASE=8b-defaults, 1b or 8b-paired}
+WINDOW=${WINDOW:-8}
+mkdir -p "$OUT"
+# shellcheck disable=SC1091
+source .vllm-h200/activate.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+  .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
+export ADVISOR_DB_URL=sqlite:////tmp/advisor-h200.db ADVISOR_IMPORT_SHIPPED=0
+export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+finish() {
+  python3 -m advisor knowledge export -o "$OUT/trials-$PHASE.jsonl" || true
+  nvidia-smi > "$OUT/nvidia-smi-$PHASE.txt" 2>&1 || true
+}
+trap finish EXIT
+# The device tool kills a command at its limit without running traps: stop ourselves first.
+( sleep "${ADVISOR_DEVICE_DEADLINE_S:-570}"; pkill -TERM -f "advisor crosscheck" ) &
+
+BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
+poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
+# Base workload: the chat preset at rate R0 with R0*WINDOW requests (each --rate keeps the window).
+common() {
+  local model=$1 r0=$2
+  echo "--target vllm --workload chat --model $model --workload-param $(poisson "$r0")" \
+       "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
+}
+cc() { python3 -m advisor crosscheck "$@"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+case $PHASE in
+  8b-defaults)
+    # shellcheck disable=SC2046
+    cc $(common llama-3-8b 15) --rate 15 --rate 45 --rate 60 --rate 75 --rate 90 --rate 120 \
+      --repeats 3 --reference-repeats 1 --store-as h200-8b-chat-1201-defaults \
+      --metrics-sample "$OUT/metrics-$PHASE.txt" -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  1b)
+    # shellcheck disable=SC2046
+    cc $(common llama-3.2-1b 30) --rate 30 --rate 90 --rate 150 --rate 210 \
+      --repeats 3 --reference-repeats 1 --store-as h200-1b-chat-1201-defaults \
+      --metrics-sample "$OUT/metrics-$PHASE.txt" -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  8b-paired)
+    # shellcheck disable=SC2046
+    cc $(common llama-3-8b 15) --rate 15 --rate 45 --rate 75 \
+      --config default= --config "best-sampled=@$BEST" --co-resident --memory-share 0.45 \
+      --repeats 3 --reference-repeats 1 --reference-config best-sampled \
+      --store-as h200-8b-chat-1201-paired -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  *) echo "unknown PHASE $PHASE" >&2; exit 2 ;;
+esac

@@ -1,0 +1,106 @@
+"""Give every shipped LLM trial a validity verdict, and ship the H200 trials of 2026-12-01.
+
+Run from the repository root: ``python scripts/knowledge/h200_validity_2026_12_01.py
+[DEVICE_EXPORT ...]``. Idempotent.
+
+1. The H200 files measured before the validity gate existed (2026-11-30) are marked, in place:
+   a vLLM trial timed by one client process at more than 5,000 streamed tokens/s is
+   ``client_bound`` (one process read 5-13x the TTFT p95 that three processes read on the same
+   server: docs/metrics.md); any other measured vLLM trial is ``legacy_unverified`` (never
+   checked against the server); transformers and RAG trials (in-process engines, timed by the
+   process that runs them) are ``unchecked``. Each gets ``server_metrics`` saying none were read.
+   Unusable verdicts get status ``invalid`` (knowledge/validity.py): kept, never modelled.
+2. The device exports of 2026-12-01 (``advisor knowledge export`` of each call's store) are
+   merged into knowledge/data/h200-vllm-crosscheck-2026-12-01.jsonl; verdicts of the first call,
+   taken by gate version 1, are judged again by the current gate from their stored checks
+   (``objectives.llm.validity.rejudge``), the old verdict kept as ``validity_gate1``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from knowledge.validity import is_usable
+from objectives.llm.validity import GATE_VERSION, rejudge
+
+DATA = Path("knowledge/data")
+LEGACY = sorted(DATA.glob("h200-*-2026-11-30.jsonl"))
+NEW = DATA / "h200-vllm-crosscheck-2026-12-01.jsonl"
+#: Above this many streamed tokens/s one client process fell behind on the H200.
+ONE_PROCESS_LIMIT_TOK_S = 5000.0
+MEASURED = ("complete", "invalid")
+
+
+def legacy_verdict(trial: dict[str, Any]) -> tuple[str, str]:
+    details, metrics = trial["details"], trial.get("metrics") or {}
+    if trial["target"] != "vllm":
+        return "unchecked", "in-process engine timed by the process that runs it (measured " \
+                            "before the validity gate, 2026-11-30)"
+    tok_s = float(metrics.get("output_tokens_per_s") or 0.0)
+    processes = details.get("client_processes") or 1
+    if processes == 1 and tok_s > ONE_PROCESS_LIMIT_TOK_S:
+        return "client_bound", (f"timed by one client process at {tok_s:,.0f} streamed tokens/s "
+                                f"(> {ONE_PROCESS_LIMIT_TOK_S:,.0f}): the client was part of "
+                                "what it measured (re-measured 2026-12-01)")
+    return "legacy_unverified", ("measured before the validity gate (2026-11-30) and never "
+                                 "checked against the server's own metrics")
+
+
+def mark_legacy(line: dict[str, Any]) -> dict[str, Any]:
+    trial = line["trial"]
+    details = trial.setdefault("details", {})
+    if trial["status"] in MEASURED and "validity" not in details:
+        validity, reason = legacy_verdict(trial)
+        details.update({"validity": validity, "validity_reasons": [reason],
+                        "validity_checks": [], "validity_gate": 0})
+    details.setdefault("server_metrics", {
+        "available": False,
+        "reason": "not read: measured before server metrics were scraped (2026-11-30)"
+        if trial["status"] in MEASURED else "the trial failed before it measured anything"})
+    if trial["status"] == "complete" and not is_usable(details):
+        trial["status"] = "invalid"
+        trial["feasible"] = False
+    return line
+
+
+def rejudged(line: dict[str, Any]) -> dict[str, Any]:
+    trial = line["trial"]
+    details = trial["details"]
+    if details.get("validity_gate", 1) < GATE_VERSION and (verdict := rejudge(details)):
+        details["validity_gate1"] = details["validity"]
+        details["validity"] = verdict
+        details["validity_gate"] = GATE_VERSION
+        details["validity_rejudged"] = ("gate 2 applied to the stored checks, lag and reasons "
+                                        "(2026-12-01)")
+    usable = is_usable(details)
+    if trial["status"] in MEASURED:
+        trial["status"] = "complete" if usable else "invalid"
+        if not usable:
+            trial["feasible"] = False
+    return line
+
+
+def main(exports: list[str]) -> None:
+    for path in LEGACY:
+        lines = [mark_legacy(json.loads(raw)) for raw in path.read_text().splitlines() if raw]
+        path.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+        print(f"{path}: {len(lines)} trials marked")
+    if exports:
+        seen: dict[str, dict[str, Any]] = {}
+        for export in exports:
+            for raw in Path(export).read_text().splitlines():
+                if raw:
+                    line = json.loads(raw)
+                    seen[line["trial"]["uid"] if "uid" in line["trial"] else
+                         f"{line['study']['name']}#{line['trial']['number']}"] = line
+        lines = [rejudged(x) for x in seen.values()]
+        lines.sort(key=lambda x: (x["study"]["name"], x["trial"]["number"]))
+        NEW.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+        print(f"{NEW}: {len(lines)} trials")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,223 @@
+"""optuna-dashboard shows what a study tuned for: the metric name, the SLO, objective and workload,
+each trial's SLO margins and the best trial that met the SLO; imported studies show too.
+
+Everything goes through optuna-dashboard's own server code over real HTTP (and, when Chromium is
+installed, a real headless browser), on SQLite and on the local PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import httpx
+import optuna
+import pytest
+
+from advisor.dashboard import backfill_optuna_studies, best_feasible_trial, dashboard_app
+from advisor.driver import StudyDriver, StudyResult, StudySpec, optuna_storage
+from advisor.objective import Objective
+from advisor.settings import Settings
+from knowledge import TrialStatus, TrialStore
+from knowledge.transfer import export_jsonl, import_jsonl
+from objectives import parse_slo
+from tests.scripted_target import ScriptedTarget
+
+if os.environ.get("CI") != "true":  # CI installs the dashboard extra (scripts/quickstart.sh)
+    pytest.importorskip("optuna_dashboard")
+
+ROOT = Path(__file__).resolve().parents[2]
+SLO = "p95_latency_ms<=1,recall_at_10>=0.8"
+
+
+def _run_study(db_url: str, tmp_path: Path, name: str = "dash") -> StudyResult:
+    settings = Settings(db_url=db_url, cache_dir=tmp_path / "cache", trial_timeout_s=10,
+                        heartbeat_interval_s=0.5)
+    spec = StudySpec(name=name, target="scripted", slo=parse_slo(SLO),
+                     objective=Objective.parse("maximize:qps"),
+                     workload=ScriptedTarget().default_workload(), n_trials=8, seed=0)
+    return StudyDriver(TrialStore(db_url), settings).run(spec)
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[str], str]]:
+    """Start the dashboard app on a free port in a thread; yields a function url -> base URL."""
+    servers: list[WSGIServer] = []
+
+    def start(db_url: str) -> str:
+        server = make_server("127.0.0.1", 0, dashboard_app(optuna_storage(db_url)),
+                             handler_class=_Quiet)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _study(base: str, name: str) -> dict:
+    with httpx.Client(base_url=base, trust_env=False, timeout=30) as client:
+        summaries = client.get("/api/studies").json()["study_summaries"]
+        study_id = next(s["study_id"] for s in summaries if s["study_name"] == name)
+        response = client.get(f"/api/studies/{study_id}")
+    assert response.status_code == 200
+    return response.json()
+
+
+def _attrs(items: list[dict]) -> dict[str, str]:
+    return {a["key"]: a["value"] for a in items}
+
+
+def test_dashboard_shows_slo_margins_metric_name_and_feasible_best(
+        db_url: str, tmp_path: Path, serve: Callable[[str], str]) -> None:
+    result = _run_study(db_url, tmp_path)
+    measured = [t for t in result.trials if t.status == TrialStatus.COMPLETE]
+    # The scenario that matters: the highest objective missed the SLO.
+    top = max(measured, key=lambda t: t.objective_value or 0.0)
+    assert not top.feasible and result.best is not None
+
+    detail = _study(serve(db_url), "dash")
+    assert detail["objective_names"] == ["qps"]  # not "Objective 0"
+    study_attrs = _attrs(detail["user_attrs"])
+    assert study_attrs["slo"] == SLO and study_attrs["objective"] == "maximize:qps"
+    assert study_attrs["workload"] == "scripted-default"
+    slo = parse_slo(SLO)
+    by_number = {t["number"]: t for t in detail["trials"]}
+    for rec in measured:
+        shown = by_number[rec.number]
+        # The list the dashboard greys infeasible trials out by, in the SLO's order.
+        assert shown["constraints"] == pytest.approx(list(slo.margins(rec.metrics).values()))
+        attrs = _attrs(shown["user_attrs"])
+        assert float(attrs["margin p95_latency_ms<=1"]) == pytest.approx(
+            slo.margins(rec.metrics)["p95_latency_ms<=1"])
+        assert attrs["slo_met"] == str(bool(rec.feasible))
+    assert [t["number"] for t in detail["best_trials"]] == [result.best.number]
+
+
+def test_best_feasible_trial_is_none_when_no_trial_met_the_slo() -> None:
+    study = optuna.create_study(direction="maximize")
+    for value, margin in ((3.0, 0.5), (1.0, 0.1)):
+        study.add_trial(optuna.trial.create_trial(value=value, system_attrs={
+            "constraints": [margin]}))
+    assert best_feasible_trial(study.trials, study.direction) is None
+    study.add_trial(optuna.trial.create_trial(value=0.5, system_attrs={"constraints": [-0.1]}))
+    best = best_feasible_trial(study.trials, study.direction)
+    assert best is not None and best.value == 0.5
+
+
+def test_imported_study_gets_an_optuna_study_the_dashboard_shows(
+        db_url: str, tmp_path: Path, serve: Callable[[str], str]) -> None:
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    result = _run_study(source, tmp_path, name="tuned-elsewhere")
+    buffer = io.StringIO()
+    export_jsonl(TrialStore(source), buffer)
+    store = TrialStore(db_url)
+    import_jsonl(store, buffer.getvalue().splitlines())
+    storage = optuna_storage(db_url)
+    assert backfill_optuna_studies(store, storage) == 1
+    assert backfill_optuna_studies(store, storage) == 0  # once per store
+
+    detail = _study(serve(db_url), "tuned-elsewhere")
+    assert detail["objective_names"] == ["qps"]
+    assert _attrs(detail["user_attrs"])["imported"] == "True"
+    shown = {t["number"]: t for t in detail["trials"]}
+    assert len(shown) == len([t for t in result.trials if t.status in TrialStatus.FINISHED])
+    slo = parse_slo(SLO)
+    for number, rec in enumerate(t for t in result.trials if t.status in TrialStatus.FINISHED):
+        if rec.status == TrialStatus.COMPLETE:
+            assert shown[number]["state"] == "Complete"
+            assert shown[number]["values"] == [pytest.approx(rec.objective_value)]
+            assert shown[number]["constraints"] == pytest.approx(
+                list(slo.margins(rec.metrics).values()))
+        else:
+            assert shown[number]["state"] == "Fail"
+    assert result.best is not None
+    best = detail["best_trials"][0]
+    assert best["values"] == [pytest.approx(result.best.objective_value)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which(
+        "google-chrome")
+
+
+def _headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         f"--user-data-dir={profile}", "--window-size=1400,1800",
+         "--virtual-time-budget=20000", *args],
+        capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_advisor_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """`advisor dashboard` as a user starts it; Chromium renders the trial page and the study's
+    history plot. Screenshots go to $ADVISOR_SCREENSHOT_DIR (docs/images for the docs) or the
+    test's temporary directory."""
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    db_url = f"sqlite:///{tmp_path / 'advisor.db'}"
+    result = _run_study(db_url, tmp_path)
+    port = _free_port()
+    env = {**os.environ, "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_CACHE_DIR":
+           str(tmp_path / "cache")}
+    server = subprocess.Popen([sys.executable, "-m", "advisor", "--db-url", db_url, "dashboard",
+                               "--port", str(port)], env=env, cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # readiness, not a timing assertion
+            try:
+                if httpx.get(f"{base}/api/studies", trust_env=False).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"advisor dashboard did not start: {server.stderr}")
+        shots = Path(os.environ.get("ADVISOR_SCREENSHOT_DIR") or tmp_path)
+        shots.mkdir(parents=True, exist_ok=True)
+        profile = tmp_path / "chromium-profile"
+        default = next(t for t in result.trials if t.details.get("role") == "engine-default")
+        trial_page = f"{base}/dashboard/studies/1/trials?numbers={default.number}"
+        dom = _headless(browser, profile, "--dump-dom", trial_page)
+        assert dom.returncode == 0, dom.stderr
+        assert "margin p95_latency_ms&lt;=1" in dom.stdout or "margin p95_latency_ms<=1" in \
+            dom.stdout
+        assert "slo_met" in dom.stdout and "Best Trial" in dom.stdout
+        history = _headless(browser, profile, "--dump-dom", f"{base}/dashboard/studies/1")
+        assert ">qps<" in history.stdout  # the history plot's axis: the metric name
+        assert "Study User Attributes" in history.stdout
+        assert SLO.replace("<", "&lt;").replace(">", "&gt;") in history.stdout
+        for name, url in (("dashboard-trial.png", trial_page),
+                          ("dashboard-study.png", f"{base}/dashboard/studies/1")):
+            shot = _headless(browser, profile, f"--screenshot={shots / name}", url)
+            assert shot.returncode == 0 and (shots / name).stat().st_size > 10_000, shot.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
