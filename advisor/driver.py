@@ -5,6 +5,11 @@ process, store the measurement with its SLO margins, hand the margins to the sam
 constraints (:func:`tell_constraints`; ``<= 0`` means met) and tell the objective. A killed driver
 leaves at most one running trial; ``resume`` fails it as interrupted and re-queues its config.
 
+When the search's budget is spent and a feasible best other than the engine default exists, the
+study re-measures the two interleaved (``paired_repeats`` times each, advisor/pairing.py) and
+stores their paired comparison with the study; a measurement whose validity label is unusable
+(knowledge/validity.py) is stored ``invalid`` and told to Optuna as failed.
+
 A study may name co-measured studies (``StudySpec.co_measured``): each trial's config is also
 measured under their workloads in the same trial process — for a server target, on the same engine
 start, which is what a trial mostly costs — and recorded as a trial of that study. The study's own

@@ -26,9 +26,10 @@ from objectives.workload import canonical_json
 if TYPE_CHECKING:
     from advisor.driver import StudyDriver
 
-__all__ = ["BEST", "DEFAULT", "PROVENANCE_KEY", "Arm", "QueueResult", "arm_of", "block_id",
-           "block_of", "comparison_in", "directions", "incumbent", "is_paired",
-           "latest_block", "queue_interleaved", "stored_comparison"]
+__all__ = ["BEST", "DEFAULT", "PROVENANCE_KEY", "SWEEP_REPEAT_ROLE", "Arm", "QueueResult",
+           "arm_of", "block_id", "block_of", "comparison_in", "directions", "incumbent",
+           "is_paired", "latest_block", "outcome", "outcome_of_configs", "pending",
+           "queue_interleaved", "stored_comparison"]
 
 BEST, DEFAULT = "best", "default"
 #: ``StudyRecord.data_provenance`` key holding the study's best-vs-default comparison (or why
@@ -235,6 +236,38 @@ def outcome(trials: Sequence[TrialRecord], study: StudyRecord, *, x: str = BEST,
         found = comparison_in(trials, x, y, objective=objective, slo=parse_slo(study.slo),
                               block=block, context={"study": study.name,
                                                     "workload_hash": study.workload_hash})
+    except PairedComparisonError as exc:
+        return {"status": "refused", "x": x, "y": y, "reason": str(exc)}
+    return {"status": "compared", **found.to_dict()}
+
+
+def outcome_of_configs(trials: Sequence[TrialRecord], study: StudyRecord,
+                       x_config: Mapping[str, Any], y_config: Mapping[str, Any], *,
+                       x: str = BEST, y: str = DEFAULT) -> dict[str, Any]:
+    """Like :func:`outcome`, for trials that carry no arm labels but alternate between two
+    configs (e.g. two co-resident servers measured in turn): the arms are the complete trials
+    whose config is ``x_config`` / ``y_config``, in trial-number order. Store the result under
+    :data:`PROVENANCE_KEY` (``TrialStore.update_provenance``) and the recommenders use it."""
+    from objectives import parse_slo
+
+    objective = Objective(study.objective_metric, study.objective_direction)  # type: ignore[arg-type]
+    keys = {x: canonical_json(dict(x_config)), y: canonical_json(dict(y_config))}
+    if keys[x] == keys[y]:
+        return {"status": "refused", "x": x, "y": y, "reason": "the two configs are the same"}
+    arms: dict[str, list[Repeat]] = {x: [], y: []}
+    for t in trials:
+        arm = next((a for a, k in keys.items() if canonical_json(dict(t.config)) == k), None)
+        if arm is not None and t.status == TrialStatus.COMPLETE:
+            arms[arm].append(Repeat(arm, t.number, dict(t.metrics), t.id))
+    hardware = {t.hardware_key for t in trials}
+    try:
+        if len(hardware) > 1:
+            raise PairedComparisonError(f"the trials ran on different hardware: "
+                                        f"{sorted(hardware)}")
+        found = compare(arms[x], arms[y], better=directions(objective, parse_slo(study.slo)),
+                        x_config=x_config, y_config=y_config,
+                        context={"study": study.name, "workload_hash": study.workload_hash,
+                                 "hardware_key": next(iter(hardware), None)})
     except PairedComparisonError as exc:
         return {"status": "refused", "x": x, "y": y, "reason": str(exc)}
     return {"status": "compared", **found.to_dict()}

@@ -198,3 +198,25 @@ def test_cheatsheet_rows_say_keep_the_defaults(store: TrialStore, models: Knowle
     assert "<b>keep the defaults</b>" in page
     value = knob_value(sheet, "y", target="scripted", tier="standard")
     assert value["answer"] == "keep_defaults" and value["value"] == 8
+
+
+def test_a_study_alternating_two_configs_yields_their_paired_comparison(store: TrialStore
+                                                                        ) -> None:
+    """Two co-resident servers measured in turn (no arm labels): compared by config, stored,
+    and then used by the measured recommender for exactly that pair."""
+    from advisor.pairing import outcome_of_configs
+
+    study = new_study(store, "co-resident")
+    figures = {"p95_latency_ms": 0.5, "recall_at_10": 0.99}
+    for i, (near, default) in enumerate([(560.0, 500.0), (565.0, 498.0), (558.0, 503.0)]):
+        write_trial(store, study, 2 * i, NEAR, {**figures, "qps": near})
+        write_trial(store, study, 2 * i + 1, DEFAULT, {**figures, "qps": default})
+    trials = store.trials_of_study(study.id or 0)
+    data = outcome_of_configs(trials, study, NEAR, DEFAULT)
+    assert data["status"] == "compared" and data["x_trials"] == [t.id for t in trials[0::2]]
+    assert next(m for m in data["metrics"] if m["metric"] == "qps")["verdict"] == "better"
+    assert outcome_of_configs(trials[:4], study, NEAR, DEFAULT)["status"] == "refused"
+    store.update_provenance(study.id or 0, {PROVENANCE_KEY: data})
+    rec = measured(store)
+    assert rec.answer == "config" and rec.trial is not None and rec.trial.config == NEAR
+    assert rec.baseline is not None and rec.baseline.basis == "paired"
