@@ -343,6 +343,9 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
                         measure(endpoint, label, i, round_)
         for (label, _), endpoint in zip(configs, endpoints, strict=True):
             report.servers[label] = _server_facts(endpoint)
+        if recorder is not None and len(configs) == 2:
+            report.facts["paired_comparisons"] = recorder.store_comparisons(
+                [endpoint.config for endpoint in endpoints], [label for label, _ in configs])
         return report
     for label, config in configs:
         say(f"[{label}] starting the server")
@@ -539,6 +542,24 @@ class _Recorder:
             duration_s=float(details.get("load_duration_s", 0.0)),
             status=TrialStatus.COMPLETE if usable else TrialStatus.INVALID)
         return stored.id or 0
+
+
+    def store_comparisons(self, configs: list[dict[str, Any]], labels: list[str]
+                          ) -> dict[str, Any]:
+        """The paired comparison of two co-resident configs in each rate's study (the first
+        against the second, which is the default when one of them is), stored with the study so
+        the recommenders use it; returns each study's outcome."""
+        from advisor.pairing import PROVENANCE_KEY, outcome_of_configs
+
+        x, y = (1, 0) if not self.plan.configs[0][1] and self.plan.configs[1][1] else (0, 1)
+        outcomes = {}
+        for study in self.studies.values():
+            trials = self.store.trials_of_study(study.id or 0)
+            found = outcome_of_configs(trials, study, configs[x], configs[y], x=labels[x],
+                                       y=labels[y])
+            self.store.update_provenance(study.id or 0, {PROVENANCE_KEY: found})
+            outcomes[study.name] = found
+        return outcomes
 
 
 def _config_hash(config: Mapping[str, Any]) -> str:

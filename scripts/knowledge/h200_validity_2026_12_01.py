@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from advisor.pairing import PROVENANCE_KEY, outcome_of_configs
+from knowledge import TrialStore
+from knowledge.transfer import import_jsonl
 from knowledge.validity import is_usable
 from objectives.llm.validity import GATE_VERSION, rejudge
 
@@ -101,8 +104,31 @@ def main(exports: list[str]) -> None:
                          f"{line['study']['name']}#{line['trial']['number']}"] = line
         lines = [rejudged(x) for x in seen.values()]
         lines.sort(key=lambda x: (x["study"]["name"], x["trial"]["number"]))
+        add_paired_comparisons(lines)
         NEW.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
         print(f"{NEW}: {len(lines)} trials")
+
+
+def add_paired_comparisons(lines: list[dict[str, Any]]) -> None:
+    """Give each study of a co-resident crosscheck (two configs measured in turn) the paired
+    comparison ``advisor crosscheck`` now stores itself (the other config against the default)."""
+    store = TrialStore("sqlite://")
+    import_jsonl(store, [json.dumps(x) for x in lines], source="h200-2026-12-01")
+    for study in store.list_studies("vllm"):
+        if not study.data_provenance.get("co_resident"):
+            continue
+        trials = store.trials_of_study(study.id or 0)
+        by_label: dict[str, dict[str, Any]] = {}
+        for t in trials:
+            by_label.setdefault(t.details["crosscheck"]["config_label"], dict(t.config))
+        if set(by_label) != {"default", "best-sampled"}:
+            continue
+        found = outcome_of_configs(trials, study, by_label["best-sampled"], by_label["default"],
+                                   x="best-sampled", y="default")
+        for line in lines:
+            if line["study"]["name"] == study.name:
+                line["study"]["data_provenance"][PROVENANCE_KEY] = found
+        print(f"{study.name}: paired comparison {found['status']}")
 
 
 if __name__ == "__main__":
