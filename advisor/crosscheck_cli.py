@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from advisor.cli import (
@@ -133,8 +134,8 @@ def crosscheck_cmd(
             with output.open("a") as f:
                 f.write(json.dumps({"type": "measurement", **one.to_dict()}, default=str) + "\n")
         if one.error:
-            err.print(f"  {one.kind} {one.config} @ {one.rate_rps:g} req/s failed: "
-                      f"{one.error.splitlines()[0][:200]}", highlight=False)
+            err.print(escape(f"  {one.kind} {one.config} @ {one.rate_rps:g} req/s failed: "
+                             f"{one.error.splitlines()[0][:200]}"), highlight=False)
             return
         m = one.metrics
         err.print(f"  {one.kind:9} {one.config} @ {one.rate_rps:g} req/s: "
@@ -143,7 +144,7 @@ def crosscheck_cmd(
                   f" [{one.validity}]", highlight=False)
 
     report = run_crosscheck(plan, cache_dir=settings.cache_dir, store=store,
-                            progress=lambda msg: err.print(msg, highlight=False),
+                            progress=lambda msg: err.print(escape(msg), highlight=False),
                             on_measured=show, metrics_sample=metrics_sample)
     if output is not None:
         write_report(report, output)
