@@ -127,7 +127,8 @@ class EngineServer:
 @dataclass
 class RunningServer:
     """A server :meth:`ServingTarget.serve` started and keeps up: where it listens, its process,
-    the validated config; ``facts`` and ``versions`` are filled in when it stops."""
+    the validated config; ``facts`` holds the launch facts (argv, start-up time) while it runs
+    and gains the engine's own start-up facts and log tail, and ``versions``, when it stops."""
 
     base_url: str
     server: ManagedServer
@@ -330,8 +331,12 @@ class ServingTarget(GoodputFromSLO, Target):
                         raise
                     raise EngineStartError(f"{spec.label} failed to start: {cause}\n{exc}"
                                            ) from None
+                launch = {"argv": argv, **launch_details, "engine_version": version,
+                          "model": served.model.label, "model_path": str(served.model.path),
+                          "dummy_weights": served.model.dummy_weights,
+                          "max_model_len": max_model_len, "startup_s": startup_s}
                 running = RunningServer(base_url=base_url, server=server, config=clean,
-                                        label=spec.process_name)
+                                        label=spec.process_name, facts=dict(launch))
                 try:
                     yield running
                 finally:
@@ -343,12 +348,9 @@ class ServingTarget(GoodputFromSLO, Target):
                     log_tail = self.log_to_store(log)
                     running.versions = versions
                     running.facts = {
-                        "argv": argv, **launch_details,
-                        "engine_version": version or versions.get(self.engine),
-                        "model": served.model.label, "model_path": str(served.model.path),
-                        "dummy_weights": served.model.dummy_weights,
-                        "max_model_len": max_model_len, "startup_s": startup_s, **facts,
-                        "engine_log_tail": log_tail, "engine_log_tail_chars": len(log_tail),
+                        **launch, "engine_version": version or versions.get(self.engine),
+                        **facts, "engine_log_tail": log_tail,
+                        "engine_log_tail_chars": len(log_tail),
                     }
 
     # -- hooks of a target that starts its server -----------------------------------------------

@@ -104,9 +104,60 @@ def main(exports: list[str]) -> None:
                          f"{line['study']['name']}#{line['trial']['number']}"] = line
         lines = [rejudged(x) for x in seen.values()]
         lines.sort(key=lambda x: (x["study"]["name"], x["trial"]["number"]))
+        add_launch_facts(lines)
         add_paired_comparisons(lines)
         NEW.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
         print(f"{NEW}: {len(lines)} trials")
+
+
+REPORTS = Path("docs/benchmarks/h200-crosscheck-2026-12-01")
+#: The interpreter of the device image (every report header that has its servers names it).
+DEVICE_PYTHON = "/opt/torch/.venv/bin/python3"
+
+
+def add_launch_facts(lines: list[dict[str, Any]]) -> None:
+    """The device runs stored their trials before the launch facts reached them (fixed since:
+    ServingTarget.serve now holds them from the start). Add them back: from the report's header
+    where the run finished (the 1B call), else rebuilt by the target's own argv builder from the
+    trial's config and workload, the port left as ``<port>`` and the reconstruction noted."""
+    import tempfile
+
+    from objectives.llm.server import ServingWorkload
+    from objectives.targets.vllm_target import VllmTarget, build_argv
+
+    servers: dict[tuple[str, str], dict[str, Any]] = {}
+    for report in REPORTS.glob("crosscheck-*.jsonl"):
+        head = json.loads(report.read_text().splitlines()[0])
+        if head.get("type") == "crosscheck":
+            for label, facts in head.get("servers", {}).items():
+                servers[(head["session"], label)] = facts
+    target = VllmTarget()
+    for line in lines:
+        details = line["trial"]["details"]
+        if "argv" in details:
+            continue
+        cc = details["crosscheck"]
+        known = servers.get((cc["session"], cc["config_label"]))
+        if known is not None:
+            details.update({k: v for k, v in known.items() if k not in ("config",
+                                                                         "engine_versions")})
+            continue
+        params = line["study"]["workload_spec"]["params"]
+        with tempfile.TemporaryDirectory() as tmp:
+            served = ServingWorkload.load(params, Path(tmp), target_keys=target.target_params)
+            max_model_len = served.max_model_len()
+        model_dir = f"/tmp/advisor-cache/models/{served.model.label}"  # the device's cache dir
+        first_rate_seed = 1  # the session's first rate's workload seed (at_rate offset 1)
+        argv = build_argv(line["trial"]["config"], model_dir=model_dir, port=0,
+                          engine_version="0.26.0", max_model_len=max_model_len,
+                          seed=first_rate_seed, served_model_name=served.model.label)
+        argv[argv.index("--port") + 1] = "<port>"
+        details.update({
+            "argv": [DEVICE_PYTHON, "-m", "vllm.entrypoints.cli.main", "serve", *argv],
+            "argv_reconstructed": "rebuilt after the run by build_argv from the trial's config "
+                                  "and workload; the port was chosen at run time",
+            "engine_version": "0.26.0", "model": served.model.label,
+            "model_path": model_dir, "dummy_weights": True, "max_model_len": max_model_len})
 
 
 def add_paired_comparisons(lines: list[dict[str, Any]]) -> None:

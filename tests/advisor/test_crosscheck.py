@@ -116,6 +116,8 @@ def test_co_resident_configs_alternate_and_are_stored_as_trials(
         assert t.details["crosscheck"]["co_resident"] is True
         assert t.details["role"] == "crosscheck"  # a memory-shared default is not the default
         assert "validity" in t.details and "server_metrics" in t.details
+        assert "--gpu-memory-utilization" in t.details["argv"]  # the exact launch is kept
+        assert t.details["startup_s"] > 0
     assert {t.config["block_size"] for t in trials} == {16, 32}
     assert set(report.servers) == {"default", "big-blocks"}
     # The interleaved repeats give the study its paired comparison (the other config against the
