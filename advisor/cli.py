@@ -237,7 +237,9 @@ class _ProgressReporter:
         self.progress.console.print(f"{line}  [dim]{_compact(trial.config)}[/dim]")
         best_text = (f"best feasible {self.objective.metric}: {_fmt(best.objective_value)}"
                      if best else "best feasible: -")
-        self.progress.update(self.task, completed=done, best=best_text)
+        # The paired re-measurement after the search grows the budget: so does the bar.
+        total = max(done, int(self.progress.tasks[0].total or 0)) if self.progress.tasks else done
+        self.progress.update(self.task, completed=done, total=total, best=best_text)
 
     def finished(self, result: StudyResult) -> None:
         self.progress.stop()
@@ -574,9 +576,11 @@ def trials_cmd(
         out.print("no trials match")
         return
     studies = {s.id: s for s in store.list_studies()}
+    # Validity labels come from targets that check themselves (LLM serving): a column then.
+    labelled = any(validity_of(r.details) for r in rows)
     table = Table()
-    for c in ("id", "study", "#", "status", "validity", "SLO", "objective", "metrics",
-              "config / error"):
+    for c in ("id", "study", "#", "status", *(["validity"] if labelled else []), "SLO",
+              "objective", "metrics", "config / error"):
         # Short columns never wrap; the long ones wrap at spaces (fold only what has none).
         table.add_column(c, no_wrap=c in ("id", "#", "status", "SLO", "objective"),
                          overflow="fold")
@@ -590,9 +594,10 @@ def trials_cmd(
             f"{r.error_type}: {(r.error or '').splitlines()[0][:120] if r.error else ''}"
         slo_mark = "-" if r.status == TrialStatus.INVALID else \
             {True: "met", False: "missed", None: "-"}[r.feasible]
-        cells.append([str(r.id), s.name if s else "?", str(r.number), r.status,
-                      invalid_reason(r.details) or validity_of(r.details) or "-", slo_mark,
-                      _fmt(r.objective_value), metrics, tail])
+        validity = [invalid_reason(r.details) or validity_of(r.details) or "-"] if labelled \
+            else []
+        cells.append([str(r.id), s.name if s else "?", str(r.number), r.status, *validity,
+                      slo_mark, _fmt(r.objective_value), metrics, tail])
     emit_table(out, table, cells, table_format(wide, as_csv))
 
 
