@@ -11,6 +11,12 @@
 # parallel, studies on the same GPU one after another: no two measurements ever share a GPU. Each GPU's trials go to their own
 # SQLite store; everything that finished is exported to $OUT/trials-gpu<i>.jsonl when the script
 # ends, also when a study fails or the time runs out (SIGTERM), with nvidia-smi's report beside it.
+#
+# A GPU run that measures LLM trials starts with `advisor crosscheck` (the client against
+# `vllm bench serve` and the server's metrics, docs/benchmarks.md): CROSSCHECK="<crosscheck args>"
+# (e.g. CROSSCHECK="--target vllm --model llama-3-8b --rate 15 --rate 45") runs it on each GPU
+# before that GPU's studies, its report in $OUT/crosscheck-gpu<i>.jsonl. CROSSCHECK=none skips it
+# (say why in the run's notes).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -34,9 +40,17 @@ for spec in "$@"; do
   QUEUE[$gpu]+="$spec"$'\n'
 done
 
-run_gpu() {  # run one GPU's studies in order
+run_gpu() {  # run one GPU's studies in order, after the cross-check
   local gpu=$1 studies=$2
   export CUDA_VISIBLE_DEVICES=$gpu ADVISOR_DB_URL="sqlite:////tmp/advisor-gpu$gpu.db"
+  if [ -z "${CROSSCHECK:-}" ]; then
+    echo "[gpu $gpu] warning: no cross-check before these trials (set CROSSCHECK=...)" >&2
+  elif [ "$CROSSCHECK" != none ]; then
+    echo "=== [gpu $gpu] advisor crosscheck $CROSSCHECK"
+    # shellcheck disable=SC2086
+    python3 -m advisor crosscheck $CROSSCHECK -o "$OUT/crosscheck-gpu$gpu.jsonl" 2>&1 \
+      | sed -u "s/^/[gpu $gpu] /" || echo "[gpu $gpu] crosscheck failed"
+  fi
   while IFS= read -r args; do
     [ -n "$args" ] || continue
     [ -e "$STOP_FLAG" ] && break  # out of time: start nothing new
