@@ -64,8 +64,8 @@ from objectives.measurement import Measurement
 from objectives.registry import get_target
 from objectives.workload import Workload, canonical_json
 
-__all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "compare_row",
-           "run_crosscheck", "write_report"]
+__all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "compare_rounds",
+           "compare_row", "run_crosscheck", "write_report"]
 
 #: The agreement the issue asks of the advisor's client: within 15 % of the reference.
 GOAL_RELATIVE = 0.15
@@ -178,6 +178,27 @@ class CrosscheckReport:
                 out.append(compare_row(label, rate, adv, ref))
         return out
 
+    def round_rows(self) -> list[dict[str, Any]]:
+        """Per config and rate, every round in which both harnesses measured (the advisor's
+        window, then the reference's, back to back): :func:`compare_rounds` of those pairs.
+        Near a knee consecutive windows differ more than the harnesses do, so the goal is
+        judged on the median of the per-round ratios, not on one pair."""
+        out = []
+        for label in dict.fromkeys(m.config for m in self.measured):
+            for rate in dict.fromkeys(m.rate_rps for m in self.measured):
+                pairs = []
+                for m in self.measured:
+                    if (m.kind, m.config, m.rate_rps) != ("advisor", label, rate) or m.error:
+                        continue
+                    ref = next((r for r in self.measured if r.kind == "reference"
+                                and r.config == label and r.rate_rps == rate
+                                and r.round == m.round and r.error is None), None)
+                    if ref is not None:
+                        pairs.append((m, ref))
+                if pairs:
+                    out.append(compare_rounds(label, rate, pairs))
+        return out
+
     def _first(self, kind: str, label: str, rate: float) -> Measured | None:
         return next((m for m in self.measured if m.kind == kind and m.config == label
                      and m.rate_rps == rate and m.error is None), None)
@@ -187,7 +208,8 @@ class CrosscheckReport:
         return [{"type": "crosscheck", "session": self.session, "plan": self.plan,
                  "facts": self.facts, "servers": self.servers},
                 *({"type": "measurement", **m.to_dict()} for m in self.measured),
-                *({"type": "row", **row} for row in self.rows())]
+                *({"type": "row", **row} for row in self.rows()),
+                *({"type": "round_row", **row} for row in self.round_rows())]
 
 
 def _server_figure(server: Mapping[str, Any], metric: str) -> float | None:
@@ -228,6 +250,48 @@ def compare_row(label: str, rate: float, adv: Measured, ref: Measured | None
         row["figures"][metric] = figure
     row["goal_met"] = all(row["figures"][m]["goal_met"] for m in GOAL_METRICS)
     return row
+
+
+def compare_rounds(label: str, rate: float, pairs: list[tuple[Measured, Measured]]
+                   ) -> dict[str, Any]:
+    """One config and rate over several rounds, each an advisor window and the reference's
+    window right after it: per goal figure the medians of both, the median and range of the
+    per-round ratios, and how many advisor windows agreed with the server's view of them.
+
+    The goal is met by a figure when the median ratio is within :data:`GOAL_RELATIVE` of 1, or
+    when every advisor window agreed with its server (the server decides where the reference
+    harness is itself the one that drifts)."""
+    rows = [compare_row(label, rate, adv, ref) for adv, ref in pairs]
+    out: dict[str, Any] = {"config": label, "rate_rps": rate, "rounds": len(pairs),
+                           "advisor_validity": [adv.validity for adv, _ in pairs],
+                           "reference_validity": [ref.validity for _, ref in pairs],
+                           "figures": {}}
+    for metric in GOAL_METRICS:
+        figs = [row["figures"][metric] for row in rows]
+        ratios = [f["ratio"] for f in figs if "ratio" in f]
+        agree = [f["agrees_with_server"] for f in figs if f["agrees_with_server"] is not None]
+        figure: dict[str, Any] = {
+            "advisor_median": _median([f["advisor"] for f in figs if f["advisor"] is not None]),
+            "reference_median": _median([f["reference"] for f in figs
+                                         if f["reference"] is not None]),
+            "ratio_median": _median(ratios),
+            "ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            "agrees_with_server": f"{sum(agree)}/{len(figs)}"}
+        near = figure["ratio_median"] is not None and abs(
+            figure["ratio_median"] - 1) <= GOAL_RELATIVE
+        figure["within_goal_of_reference"] = near
+        figure["goal_met"] = near or (len(agree) == len(figs) and all(agree))
+        out["figures"][metric] = figure
+    out["goal_met"] = all(out["figures"][m]["goal_met"] for m in GOAL_METRICS)
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    xs = sorted(values)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 # -- running it -----------------------------------------------------------------------------------

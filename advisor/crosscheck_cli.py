@@ -149,11 +149,13 @@ def crosscheck_cmd(
     if output is not None:
         write_report(report, output)
         err.print(f"report written to {output}", highlight=False)
-    rows = report.rows()
+    rows, round_rows = report.rows(), report.round_rows()
     if as_json:
-        out.print_json(json.dumps(rows, default=str))
+        out.print_json(json.dumps({"rows": rows, "round_rows": round_rows}, default=str))
         return
     _print_rows(report, rows)
+    if any(r["rounds"] > 1 for r in round_rows):
+        _print_round_rows(round_rows)
 
 
 def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
@@ -180,3 +182,22 @@ def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
         out.print("lengths clamped for the reference harness: "
                   + yaml.safe_dump(report.facts["clamped_lengths"], default_flow_style=True)
                   .strip())
+
+
+def _print_round_rows(rows: list[dict[str, Any]]) -> None:
+    """Rounds of advisor-then-reference windows: the goal judged on the median ratio."""
+    table = Table(title="over the rounds (each an advisor window, then the reference's): "
+                        "median ratio [range], advisor windows agreeing with the server")
+    for col in ("config", "req/s", "rounds", "figure", "advisor", "reference", "ratio",
+                "server agrees", "goal"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        for metric in GOAL_METRICS:
+            f = row["figures"][metric]
+            lo_hi = f["ratio_range"]
+            ratio = "" if f["ratio_median"] is None else (
+                f"{f['ratio_median']:.2f} [{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]")
+            table.add_row(row["config"], f"{row['rate_rps']:g}", str(row["rounds"]), metric,
+                          _fmt(f["advisor_median"]), _fmt(f["reference_median"]), ratio,
+                          f["agrees_with_server"], "met" if f["goal_met"] else "MISSED")
+    out.print(table)

@@ -18,10 +18,15 @@
 # 8b-paired: vLLM's defaults and the config the shipped (client-bound) trials called best, both
 #     up at once (each limited to 0.45 of the GPU), measured in turn, 3 rates x 3 interleaved
 #     repeats; the reference for the non-default one.
+# 8b-rounds (second session): the defaults at the goal's rates, 3 rounds each of the advisor's
+#     window then the reference's (A R A R A R), so the goal is judged on the median ratio.
+# 8b-knee (second session): the defaults from light load to past the knee, 3 repeats per rate,
+#     gated against the server (no reference).
+# 1b-more (second session): the 1B defaults at rates between the first call's, 3 repeats each.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
-PHASE=${PHASE:?set PHASE=8b-defaults, 1b or 8b-paired}
+PHASE=${PHASE:?set PHASE=8b-defaults, 1b, 8b-paired, 8b-rounds, 8b-knee or 1b-more}
 WINDOW=${WINDOW:-8}
 mkdir -p "$OUT"
 # shellcheck disable=SC1091
@@ -71,6 +76,24 @@ case $PHASE in
       --config default= --config "best-sampled=@$BEST" --co-resident --memory-share 0.45 \
       --repeats 3 --reference-repeats 1 --reference-config best-sampled \
       --store-as h200-8b-chat-1201-paired -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  8b-rounds)
+    # shellcheck disable=SC2046
+    cc $(common llama-3-8b 15) --rate 15 --rate 45 --rate 75 \
+      --repeats 3 --reference-repeats 3 --store-as h200-8b-chat-1201-rounds \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  8b-knee)
+    # shellcheck disable=SC2046
+    cc $(common llama-3-8b 15) --rate 30 --rate 60 --rate 90 --rate 105 --rate 120 \
+      --repeats 3 --reference-repeats 0 --store-as h200-8b-chat-1201-knee \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  1b-more)
+    # shellcheck disable=SC2046
+    cc $(common llama-3.2-1b 30) --rate 15 --rate 60 --rate 120 --rate 180 \
+      --repeats 3 --reference-repeats 0 --store-as h200-1b-chat-1201-more \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;
   *) echo "unknown PHASE $PHASE" >&2; exit 2 ;;
 esac

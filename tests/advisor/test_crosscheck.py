@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from advisor.crosscheck import CrosscheckPlan, run_crosscheck
+from advisor.crosscheck import (
+    CrosscheckPlan,
+    CrosscheckReport,
+    Measured,
+    compare_rounds,
+    run_crosscheck,
+)
 from advisor.errors import AdvisorError
 from knowledge import TrialStore
 from objectives.llm import validity
@@ -162,3 +168,41 @@ def test_the_vllm_target_offers_vllm_bench_as_its_reference() -> None:
     assert "--disable-shuffle" in args and "--ignore-eos" in args
     assert args[args.index("--request-rate") + 1] == "7.5"
     assert args[args.index("--temperature") + 1] == "0"
+
+
+def _window(kind: str, round_: int, ttft: float, *, agrees: bool = True) -> Measured:
+    checks = [{"name": name, "agrees": agrees} for name in
+              ("ttft_p95_ms", "tpot_p95_ms", "output_tokens")]
+    return Measured(kind, "default", 75.0, round_, metrics={
+        "ttft_p95_ms": ttft, "tpot_p95_ms": 10.0, "output_tokens_per_s": 1000.0},
+        checks=checks if kind == "advisor" else [])
+
+
+def test_rounds_are_judged_on_the_median_ratio_not_on_one_pair() -> None:
+    # One knee-bound round (3x the reference's window) among rounds that agree: the median
+    # ratio decides, and the range keeps the outlier in view.
+    pairs = [(_window("advisor", 0, 300.0, agrees=False), _window("reference", 0, 100.0)),
+             (_window("advisor", 1, 105.0), _window("reference", 1, 100.0)),
+             (_window("advisor", 2, 95.0), _window("reference", 2, 100.0))]
+    row = compare_rounds("default", 75.0, pairs)
+    ttft = row["figures"]["ttft_p95_ms"]
+    assert row["rounds"] == 3
+    assert ttft["ratio_median"] == pytest.approx(1.05)
+    assert ttft["ratio_range"] == pytest.approx([0.95, 3.0])
+    assert ttft["agrees_with_server"] == "2/3"
+    assert ttft["goal_met"] and row["goal_met"]
+    # Two of three rounds off: the median is off, and not every window agreed with its server.
+    pairs[1] = (_window("advisor", 1, 250.0, agrees=False), _window("reference", 1, 100.0))
+    row = compare_rounds("default", 75.0, pairs)
+    assert row["figures"]["ttft_p95_ms"]["ratio_median"] == pytest.approx(2.5)
+    assert not row["figures"]["ttft_p95_ms"]["goal_met"] and not row["goal_met"]
+
+
+def test_a_report_pairs_each_advisor_window_with_the_reference_of_its_round() -> None:
+    report = CrosscheckReport("s", {}, {"reference": "r"})
+    report.measured = [_window("advisor", 0, 200.0), _window("reference", 0, 100.0),
+                       _window("advisor", 1, 110.0), _window("advisor", 2, 90.0),
+                       _window("reference", 2, 100.0)]
+    (row,) = report.round_rows()
+    assert row["rounds"] == 2  # round 1 had no reference window
+    assert row["figures"]["ttft_p95_ms"]["ratio_range"] == pytest.approx([0.9, 2.0])
