@@ -766,11 +766,15 @@ class StudyDriver:
     def execute(self, study_name: str, *, number: int, optuna_trial_id: int,
                 config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord | None:
         """Run and store one trial that another process asked Optuna for (a Ray Tune trial):
-        claim its slot in the store, run it isolated with heartbeats, store the outcome. The
-        caller tells Optuna. A trial already stored under ``number`` is a retry of it: a finished
-        one is returned as it is, a running one (its previous worker died) is restarted. ``None``
-        when a sweep's recovery already closed the Optuna trial before it was ever stored (its
-        config was re-queued there): running it now would measure that config twice."""
+        claim its slot of the study's budget in the store, run it isolated with heartbeats,
+        store the outcome. The caller tells Optuna. A trial already stored under ``number`` is a
+        retry of it: a finished one is returned as it is, a running one (its previous worker
+        died) is restarted. ``None`` when it must not run: a sweep's recovery already closed the
+        Optuna trial before it was ever stored (its config was re-queued there: running it now
+        would measure that config twice), or the budget is taken. Tune counts trials in its own
+        experiment state, which a killed driver saved some time before it died: a restored
+        experiment may ask for more trials than the study has room for, and the store, not Tune,
+        decides."""
         study = self.store.get_study(study_name)
         if study is None:
             raise StudyError(f"no study named {study_name!r}")
@@ -789,12 +793,17 @@ class StudyDriver:
             rec = self.store.restart_trial(existing.id or 0)
         else:
             hw = fingerprint()
-            rec = self.store.start_trial(TrialRecord(
+            claimed = self.store.claim_trial(TrialRecord(
                 study_id=study.id or 0, number=number, optuna_trial_id=optuna_trial_id,
                 target=spec.target, config=dict(config), config_hash=_config_hash(config),
                 workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
                 hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
-                details=dict(details)))
+                details=dict(details)), study.n_trials)
+            if claimed is None:
+                log.info("study %s: trial %d not run, the budget of %d is taken", study_name,
+                         number, study.n_trials)
+                return None
+            rec = claimed
         try:  # on a worker machine the target may be missing: a failed trial, with its reason
             target = self._check_target(spec)
             self._prepare(target, spec.workload)

@@ -48,6 +48,7 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 from ray import tune  # noqa: E402  (after the environment above)
+from ray.tune.search import Searcher  # noqa: E402
 from ray.tune.search.optuna import OptunaSearch  # noqa: E402
 
 _METRIC = "objective"
@@ -77,8 +78,14 @@ class ConstrainedOptunaSearch(OptunaSearch):
                          mode="max" if direction == "maximize" else "min", sampler=sampler,
                          study_name=study_name, storage=optuna_storage(db_url))
         self.study_name, self.db_url, self.settings = study_name, db_url, settings
+        self._store: TrialStore | None = None
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        if self._budget_taken():
+            # A restored experiment counts trials in the state its killed driver saved last; the
+            # store knows how many the study has run. (Workers claim slots too: this only
+            # saves asking Optuna for trials that would be turned away.)
+            return Searcher.FINISHED
         params = super().suggest(trial_id)
         if params is None:
             return None
@@ -94,6 +101,17 @@ class ConstrainedOptunaSearch(OptunaSearch):
         return {"knobs": params, "advisor": {
             "study": self.study_name, "number": ot.number, "optuna_trial_id": ot._trial_id,
             "details": details, "settings": self.settings}}
+
+    def _budget_taken(self) -> bool:
+        if getattr(self, "_store", None) is None:  # also a searcher unpickled from a checkpoint
+            self._store = TrialStore(self.db_url)
+        assert self._store is not None
+        study = self._store.get_study(self.study_name)
+        if study is None:
+            return False
+        taken = self._store.count_trials(study.id or 0, [*TrialStatus.FINISHED,
+                                                         TrialStatus.RUNNING])
+        return taken >= study.n_trials
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass  # one final result per trial: nothing to report as an intermediate value
@@ -149,6 +167,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_ot_trials"] = {tid: t._trial_id for tid, t in self._ot_trials.items()}
+        state["_store"] = None  # a database connection is not state
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -174,7 +193,7 @@ def advisor_trainable(config: dict[str, Any]) -> dict[str, Any]:
             meta["study"], number=int(meta["number"]),
             optuna_trial_id=int(meta["optuna_trial_id"]), config=config["knobs"],
             details=meta["details"])
-        if rec is None:  # closed by a recovery before it ran; its config was re-queued
+        if rec is None:  # closed by a recovery before it ran, or the budget is taken
             return {_METRIC: None, "status": "skipped", "margins": {}, "trial_id": None,
                     "error": None}
         return _result(store, rec)
