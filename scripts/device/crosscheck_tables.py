@@ -10,6 +10,9 @@ re-derived: ``python scripts/device/crosscheck_tables.py [REPORT_DIR]``.
    issue's SLO, tok/s), as min-max.
 3. Paired: co-resident configs measured interleaved, compared with advisor.paired (difference of
    means X - Y with a 95 % bootstrap interval) where each arm has >= 3 repeats.
+4. Rounds (the second session's 8B call): three rounds of the advisor's window then the
+   reference's at each rate, the goal judged on the median of the per-round ratios
+   (advisor.crosscheck.compare_rounds).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from advisor.crosscheck import GOAL_METRICS, Measured, compare_row
+from advisor.crosscheck import GOAL_METRICS, Measured, compare_rounds, compare_row
 from advisor.paired import PairedComparisonError, Repeat, compare
 from objectives.llm.validity import rejudge
 
@@ -173,6 +176,41 @@ def paired_table(ms: list[Mapping[str, Any]], x: str, y: str) -> list[str]:
     return out
 
 
+def _measured(m: Mapping[str, Any]) -> Measured:
+    return Measured(**{k: m[k] for k in ("kind", "config", "rate_rps", "round", "metrics",
+                                          "server", "validity", "reasons", "checks")})
+
+
+def rounds_table(ms: list[Mapping[str, Any]], title: str) -> list[str]:
+    """Per config and rate, the rounds of advisor-then-reference windows: medians, the median
+    ratio with its range, the advisor windows agreeing with their server, the goal."""
+    out = [f"**{title}**", "", "| config | req/s | rounds | figure | advisor (median) "
+           "| vllm bench serve (median) | ratio, median [range] | advisor windows agreeing "
+           "with the server | goal |", "|---|---|---|---|---|---|---|---|---|"]
+    keys = dict.fromkeys((m["config"], m["rate_rps"]) for m in ms)
+    for config, rate in keys:
+        pairs = []
+        for adv in ms:
+            if (adv["kind"], adv["config"], adv["rate_rps"]) != ("advisor", config, rate):
+                continue
+            ref = next((r for r in ms if r["kind"] == "reference" and r["config"] == config
+                        and r["rate_rps"] == rate and r["round"] == adv["round"]), None)
+            if ref is not None:
+                pairs.append((_measured(adv), _measured(ref)))
+        if not pairs:
+            continue
+        row = compare_rounds(config, rate, pairs)
+        for metric in GOAL_METRICS:
+            f = row["figures"][metric]
+            lo, hi = f["ratio_range"]
+            out.append(f"| {config} | {rate:g} | {row['rounds']} | {metric} "
+                       f"| {_f(f['advisor_median'], 1)} | {_f(f['reference_median'], 1)} "
+                       f"| {f['ratio_median']:.2f} [{lo:.2f}–{hi:.2f}] "
+                       f"| {f['agrees_with_server']} "
+                       f"| {'met' if f['goal_met'] else '**missed**'} |")
+    return out
+
+
 def sessions_in(trials: Path) -> dict[str, str]:
     """Study-name prefix -> crosscheck session, from the stored trials."""
     out: dict[str, str] = {}
@@ -188,9 +226,12 @@ def main(folder: Path, trials: Path) -> None:
     defaults = measurements(folder / "crosscheck-8b-defaults.jsonl")
     paired = measurements(folder / "crosscheck-8b-paired.jsonl")
     small = measurements(folder / "crosscheck-1b.jsonl")
+    rounds = measurements(folder / "crosscheck-8b-rounds.jsonl")
     ids = sessions_in(trials)
     stored = {name: trial_measurements(trials, sid) for name, sid in ids.items()}
     blocks = [
+        rounds_table(rounds, "The goal over three rounds, 8B defaults at 15 / 45 / 75 req/s "
+                             "(second session)"),
         goal_table([m for m in defaults if m["rate_rps"] in (15, 45, 75)],
                    "The goal, 8B defaults at 15 / 45 / 75 req/s"),
         goal_table([m for m in paired if m["config"] == "best-sampled"],
@@ -206,6 +247,10 @@ def main(folder: Path, trials: Path) -> None:
                       "8B co-resident pair (each 0.45 of the GPU)"),
         repeats_table(stored["h200-1b-chat-1201-defaults"],
                       "1B defaults, repeats on one engine start"),
+        repeats_table(stored["h200-8b-chat-1201-rounds"] + stored["h200-8b-chat-1201-knee"],
+                      "8B defaults, second session (one engine start per call)"),
+        repeats_table(stored["h200-1b-chat-1201-more"],
+                      "1B defaults, second session (one engine start)"),
         paired_table(stored["h200-8b-chat-1201-paired"], "best-sampled", "default"),
     ]
     print("\n\n".join("\n".join(block) for block in blocks))
