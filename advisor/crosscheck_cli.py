@@ -186,8 +186,9 @@ def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
 
 def _print_round_rows(rows: list[dict[str, Any]]) -> None:
     """Rounds of advisor-then-reference windows: the goal judged on the median ratio."""
-    table = Table(title="over the rounds (each an advisor window, then the reference's): "
-                        "median ratio [range], advisor windows agreeing with the server")
+    table = Table(title=escape("over the rounds (each an advisor window, then the reference's):"
+                               " median ratio [range], advisor windows agreeing with the "
+                               "server"))
     for col in ("config", "req/s", "rounds", "figure", "advisor", "reference", "ratio",
                 "server agrees", "goal"):
         table.add_column(col, overflow="fold")
