@@ -33,6 +33,7 @@ from advisor.cli_support import (
     emit_table,
     is_help_request,
     positive,
+    print_json,
     table_format,
     usage_message,
 )
@@ -169,7 +170,7 @@ def targets_cmd(
             } for k in space],
         })
     if as_json:
-        out.print_json(data=data)
+        print_json(out, data)
         return
     for t in data:
         out.print(f"[bold]{t['name']}[/bold] ({t['engine']}): {t['description']}")
@@ -458,7 +459,7 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
     if result.co_measured:
         summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
     if as_json:
-        out.print_json(data=summary)
+        print_json(out, summary)
         return
     for co in result.co_measured:
         line = _co_summary(co)
@@ -533,7 +534,7 @@ def studies_cmd(
             "hardware_key": s.hardware_key, "created_at": s.created_at.isoformat(),
         })
     if as_json:
-        out.print_json(data=rows)
+        print_json(out, rows)
         return
     table = Table()
     for c in ("id", "name", "target", "status", "trials", "complete", "failed", "SLO",
@@ -570,7 +571,7 @@ def trials_cmd(
         err.print(f"showing the newest {len(rows)} of {len(matching)} matching trials; "
                   f"--limit {len(matching)} shows them all")
     if as_json:
-        out.print_json(data=[r.model_dump(mode="json") for r in rows])
+        print_json(out, [r.model_dump(mode="json") for r in rows])
         return
     if not rows and not as_csv:
         out.print("no trials match")
@@ -673,7 +674,7 @@ def recommend_cmd(
                                  objective=Objective.parse(objective or tgt.default_objective),
                                  hardware_key=hw, model=model, workload=workload)
         if as_json:
-            out.print_json(data=rec.to_dict())
+            print_json(out, rec.to_dict())
         else:
             _print_recommendation(rec)
         if not rec.found:
@@ -685,7 +686,7 @@ def recommend_cmd(
     parse_slo(slo).check_metrics(target, tgt.reported_metrics())
     answer = recommend(store, query, models=_models(settings, store, target))
     if as_json:
-        out.print_json(data=answer.to_dict())
+        print_json(out, answer.to_dict())
     else:
         _print_model_recommendation(answer, explain)
     if not answer.found:
@@ -1080,7 +1081,7 @@ def knowledge_fit_cmd(
     rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
             for ctx in models.contexts.values() for mm in ctx.metrics.values() if mm.score]
     if as_json:
-        out.print_json(data={"family": family, "fit_seconds": models.fit_seconds,
+        print_json(out, {"family": family, "fit_seconds": models.fit_seconds,
                              "trials": models.data.trials,
                              "contexts": [c.key.to_dict() | {"trials": c.n_trials}
                                           for c in models.contexts.values()],
@@ -1137,7 +1138,7 @@ def knowledge_eval_cmd(
     audits = ([a.to_dict() for a in audit_store_trials(trials, target=target, family=family,
                                                        folds=folds)] if audit else [])
     if as_json:
-        out.print_json(data={"family": family, "folds": folds, "coverage_nominal": 0.9,
+        print_json(out, {"family": family, "folds": folds, "coverage_nominal": 0.9,
                              "scores": rows, "feasibility_audit": audits})
         return
     if not rows:

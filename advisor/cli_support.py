@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -198,3 +199,11 @@ def _natural_width(console: Console, table: Table) -> int:
     """The width ``table`` needs to show every cell on one line."""
     measured = table.__rich_measure__(console, console.options.update(max_width=10**6))
     return int(measured.maximum)
+
+
+def print_json(console: Console, data: Any) -> None:
+    """``data`` as indented JSON on ``console``'s stream, as it is: no markup, no wrapping, no
+    highlighting. (Rich's ``print_json`` runs its highlighter over the whole text: 17 s for the
+    9 MB that ``advisor trials --json`` prints for the shipped H200 trials, against 0.2 s.)"""
+    console.file.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")
+    console.file.flush()

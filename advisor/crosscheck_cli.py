@@ -22,6 +22,7 @@ from advisor.cli import (
     err,
     out,
 )
+from advisor.cli_support import print_json
 from advisor.crosscheck import (
     GOAL_METRICS,
     GOAL_RELATIVE,
@@ -151,7 +152,7 @@ def crosscheck_cmd(
         err.print(f"report written to {output}", highlight=False)
     rows, round_rows = report.rows(), report.round_rows()
     if as_json:
-        out.print_json(json.dumps({"rows": rows, "round_rows": round_rows}, default=str))
+        print_json(out, {"rows": rows, "round_rows": round_rows})
         return
     _print_rows(report, rows)
     if any(r["rounds"] > 1 for r in round_rows):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from advisor.cli import _fmt, _settings, _sigterm_interrupts, _store, err, out
-from advisor.cli_support import choice
+from advisor.cli_support import choice, print_json
 from advisor.driver import StudyDriver
 from advisor.errors import AdvisorError
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
@@ -58,7 +57,7 @@ def plan_cmd(
     total_s = sum(p.est_cell_s for p in plans)
     total_trials = sum(p.trials for p in plans)
     if as_json:
-        out.print_json(data={
+        print_json(out, {
             "sweep": spec.name, "backend": spec.backend, "workers": spec.workers,
             "cells": [{"cell": p.cell.key, "target": p.cell.target, "model": p.cell.model,
                        "workload": p.cell.workload.name, "tier": p.cell.tier,
@@ -148,7 +147,7 @@ def run_cmd(
             close()
     reporter.stop()
     if as_json:
-        out.print_json(data=summary)
+        print_json(out, summary)
     else:
         _print_summary(summary)
     raise typer.Exit(int(summary["exit_code"]))
@@ -228,7 +227,7 @@ def list_cmd(
              "failing_cells": r.summary.get("failing_cells"),
              "exit_code": r.summary.get("exit_code")} for r in runs]
     if as_json:
-        out.print_json(data=rows)
+        print_json(out, rows)
         return
     table = Table()
     for c in ("run", "status", "backend", "started", "regressions", "failing cells"):
@@ -261,7 +260,7 @@ def report_cmd(
             raise AdvisorError(f"sweep run {run!r} has not finished ({found.status})")
         record = found
     if as_json:  # print_json: no wrapping or markup, so the output is always valid JSON
-        out.print_json(json.dumps(record.summary, default=str))
+        print_json(out, record.summary)
     else:
         _print_summary(record.summary)
     raise typer.Exit(int(record.summary.get("exit_code", 0)))

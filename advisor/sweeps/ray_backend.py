@@ -85,7 +85,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
             # A restored experiment counts trials in the state its killed driver saved last; the
             # store knows how many the study has run. (Workers claim slots too: this only
             # saves asking Optuna for trials that would be turned away.)
-            return Searcher.FINISHED
+            return Searcher.FINISHED  # type: ignore[return-value]  # Ray's own sentinel, a str
         params = super().suggest(trial_id)
         if params is None:
             return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ def session(path: Path) -> str:
     raise ValueError(f"{path} has no header line (an interrupted run); pass its session")
 
 
-def goal_table(ms: list[Mapping[str, Any]], title: str) -> list[str]:
+def goal_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     """The issue's goal per config and rate: each goal figure of the advisor within 15 % of the
     reference, or agreeing with the server's view of the same window (the gate's check)."""
     out = [f"**{title}**", "", "| config | req/s | figure | advisor | vllm bench serve | ratio "
@@ -151,7 +151,7 @@ BETTER = {"ttft_p95_ms": "lower", "tpot_p95_ms": "lower", "goodput_requests_per_
           "output_tokens_per_s": "higher"}
 
 
-def paired_table(ms: list[Mapping[str, Any]], x: str, y: str) -> list[str]:
+def paired_table(ms: Sequence[Mapping[str, Any]], x: str, y: str) -> list[str]:
     out = [f"**{x} − {y}, co-resident, interleaved** (difference of means, 95 % bootstrap "
            "interval; claimed only with ≥ 3 repeats of each)", "",
            "| req/s | metric | " + x + " | " + y + " | difference [95 % interval] | verdict |",
@@ -181,7 +181,7 @@ def _measured(m: Mapping[str, Any]) -> Measured:
                                           "server", "validity", "reasons", "checks")})
 
 
-def rounds_table(ms: list[Mapping[str, Any]], title: str) -> list[str]:
+def rounds_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     """Per config and rate, the rounds of advisor-then-reference windows: medians, the median
     ratio with its range, the advisor windows agreeing with their server, the goal."""
     out = [f"**{title}**", "", "| config | req/s | rounds | figure | advisor (median) "

@@ -56,17 +56,18 @@ def test_an_unknown_model_is_not_answered_by_another(env: dict[str, str]) -> Non
 
 
 def test_an_unmeasured_rate_names_the_workload_it_borrows(env: dict[str, str]) -> None:
-    done = _advisor(*[a if a != "60" else "100" for a in ASK], "--model", "llama-3-8b",
+    # 140 req/s: the 8B shape was measured up to 120 (more than 10 % away)
+    done = _advisor(*[a if a != "60" else "140" for a in ASK], "--model", "llama-3-8b",
                     "--json", env=env)
     answer = json.loads(done.stdout)
     borrowed = answer["borrowed_workload"]
-    assert borrowed is not None and borrowed["features"]["rate_rps"] != 100
+    assert borrowed is not None and borrowed["features"]["rate_rps"] != 140
     assert borrowed["factor"] > 1.1  # farther than 10 %: borrowed, not "measured"
     trial = answer["recommended"] or answer["closest"]  # from the borrowed workload either way
     assert trial["model"] == "llama-3-8b"
     assert trial["workload"]["params"]["arrival"]["rate_rps"] == borrowed["features"]["rate_rps"]
-    text = _advisor(*[a if a != "60" else "100" for a in ASK], "--model", "llama-3-8b", env=env)
-    assert "No trial was measured at rate_rps=100" in text.stdout
+    text = _advisor(*[a if a != "60" else "140" for a in ASK], "--model", "llama-3-8b", env=env)
+    assert "No trial was measured at rate_rps=140" in text.stdout
     assert "borrows the nearest measured workload" in text.stdout
 
 
