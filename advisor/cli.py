@@ -612,7 +612,8 @@ def _models(settings: Settings, store: TrialStore, target: str | None = None
     full = ModelCache(store, settings.cache_dir).peek()
     if full is not None:
         return full
-    cache = ModelCache(store, settings.cache_dir, target=target)
+    cache = ModelCache(store, settings.cache_dir, target=target,
+                       shared_dir=settings.shared_model_dir)
     if cache.peek() is None:
         err.print("[dim]fitting the surrogate models on the stored trials first (`advisor "
                   "knowledge fit` does this ahead of time)[/dim]")
@@ -1075,9 +1076,9 @@ def knowledge_fit_cmd(
     settings = _settings()
     store = _store(settings)
     models = KnowledgeModels.fit(store, family=family, target=target)
-    cache = ModelCache(store, settings.cache_dir, family=family, target=target)
-    if cache.path is not None:
-        models.save(cache.path)
+    cache = ModelCache(store, settings.cache_dir, family=family, target=target,
+                       shared_dir=settings.shared_model_dir)
+    cache.save(models)
     rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
             for ctx in models.contexts.values() for mm in ctx.metrics.values() if mm.score]
     if as_json:

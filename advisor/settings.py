@@ -37,6 +37,10 @@ class Settings(BaseSettings):
                         description="SQLAlchemy URL of the trial store and Optuna storage")
     cache_dir: Path = Field(default_factory=lambda: Path(user_cache_dir(APP_NAME)),
                             description="datasets, embeddings and built indexes")
+    shared_model_dir: Path | None = Field(
+        default=None, description="where the fitted models of a store holding exactly its "
+                                  "imported files (a fresh store of the shipped knowledge) are "
+                                  "shared with other such stores; default <cache_dir>/knowledge")
     trial_timeout_s: float = Field(default=300.0, gt=0,
                                    description="a trial running longer is killed and failed")
     trial_memory_limit_mb: int | None = Field(

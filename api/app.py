@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.jobs = JobStore(store)
     app.state.api_keys = [k.encode() for k in keys]
     app.state.knowledge = Knowledge(store, cache_dir=settings.cache_dir,
+                                    shared_model_dir=settings.shared_model_dir,
                                     refresh_interval_s=settings.api_refresh_interval_s)
     app.state.metrics = ApiMetrics(store)
     install_error_handlers(app)

@@ -48,9 +48,9 @@ class Knowledge:
     """Recommendations and cheat-sheet answers over one store, with cached models."""
 
     def __init__(self, store: TrialStore, *, cache_dir: Path | None = None,
-                 refresh_interval_s: float = 2.0) -> None:
+                 shared_model_dir: Path | None = None, refresh_interval_s: float = 2.0) -> None:
         self.store, self.refresh_interval_s = store, refresh_interval_s
-        self._cache = ModelCache(store, cache_dir)
+        self._cache = ModelCache(store, cache_dir, shared_dir=shared_model_dir)
         self._lock = threading.RLock()
         self._checked_at = float("-inf")
         self._models: KnowledgeModels | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import pickle
 import threading
 import time
@@ -20,8 +21,7 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import select
 
-from advisor.errors import StoreError
-from knowledge.models import TrialRecord, TrialStatus
+from knowledge.models import ImportRecord, TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.surrogate import (
     DEFAULT_FAMILY,
@@ -31,7 +31,7 @@ from knowledge.surrogate import (
     fit_context,
 )
 
-__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "data_key"]
+__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key"]
 
 log = logging.getLogger(__name__)
 CACHE_FORMAT = 3  # bump whenever a pickled class changes shape (3: noise_sd_)
@@ -53,6 +53,23 @@ def data_key(store: TrialStore) -> DataKey:
         row = s.exec(select(func.count(), func.max(TrialRecord.id)).where(
             TrialRecord.status != TrialStatus.RUNNING)).one()
     return DataKey(int(row[0] or 0), int(row[1] or 0))
+
+
+def content_key(store: TrialStore) -> str | None:
+    """A digest of the store's content when it holds exactly the JSONL files imported into it
+    (e.g. a fresh store of the shipped knowledge), else None.
+
+    Exactly: every trial came from those imports (the store's trial count is the sum of the
+    imports' counts) and none was deleted since (ids run 1..count). Two such stores hold the same
+    trials, so they can share one fit.
+    """
+    with store.session() as s:
+        count, newest = s.exec(select(func.count(), func.max(TrialRecord.id))).one()
+        imports = s.exec(select(ImportRecord.sha256, ImportRecord.trials)).all()
+    count, newest = int(count or 0), int(newest or 0)
+    if not imports or count == 0 or count != sum(n for _, n in imports) or newest != count:
+        return None
+    return hashlib.sha256("\n".join(sorted(d for d, _ in imports)).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -94,7 +111,8 @@ class KnowledgeModels:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # Several processes may save the same shared file at once: each writes its own.
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         with tmp.open("wb") as f:
             pickle.dump({"format": CACHE_FORMAT, "models": self}, f,
                         protocol=pickle.HIGHEST_PROTOCOL)
@@ -123,17 +141,33 @@ def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY,
     return Path(cache_dir) / "knowledge" / f"models-{digest}-{family}{suffix}.pkl"
 
 
+def shared_cache_path(shared_dir: Path, content: str, family: str = DEFAULT_FAMILY,
+                      target: str | None = None) -> Path:
+    """Where the models of any store holding exactly the imports ``content`` are cached."""
+    suffix = f"-{target}" if target else ""
+    return Path(shared_dir) / f"imported-{content}-{family}{suffix}.pkl"
+
+
 class ModelCache:
     """Fitted models for one store, in memory and on disk, refitted when the store changes.
+
+    A store that holds exactly the files imported into it (:func:`content_key`: a fresh store of
+    the shipped knowledge) also looks in ``shared_dir`` (default: the cache dir's ``knowledge``
+    folder) for the models another such store fitted on the same content, and leaves its own
+    there: a second fresh store, say a PostgreSQL one beside the SQLite default, loads instead of
+    fitting again (the shipped knowledge takes over a minute to fit on 2 cores).
 
     Thread-safe: concurrent requests share one fit.
     """
 
     def __init__(self, store: TrialStore, cache_dir: Path | None = None, *,
-                 family: str = DEFAULT_FAMILY, target: str | None = None) -> None:
+                 family: str = DEFAULT_FAMILY, target: str | None = None,
+                 shared_dir: Path | None = None) -> None:
         self.store, self.family, self.target = store, family, target
         self.path = (cache_path(cache_dir, store.url, family, target)
                      if cache_dir is not None else None)
+        self.shared_dir = (shared_dir if shared_dir is not None
+                           else None if cache_dir is None else Path(cache_dir) / "knowledge")
         self._models: KnowledgeModels | None = None
         self._lock = threading.Lock()
 
@@ -149,7 +183,14 @@ class ModelCache:
                 self._models = KnowledgeModels.load(self.path)
             if self._models is not None and (self._models.data == current or not refit):
                 return self._models
-            return self._refit_locked()
+            shared = self._shared_path()
+            if shared is not None:
+                models = KnowledgeModels.load(shared)
+                if models is not None and models.data == current:
+                    self._models = models
+                    self._save(models, self.path)
+                    return models
+            return self._refit_locked(shared)
 
     def peek(self) -> KnowledgeModels | None:
         """Current models from memory or disk, or None (never fits)."""
@@ -162,17 +203,34 @@ class ModelCache:
 
     def refit(self) -> KnowledgeModels:
         with self._lock:
-            return self._refit_locked()
+            return self._refit_locked(self._shared_path())
 
-    def _refit_locked(self) -> KnowledgeModels:
-        try:
-            models = KnowledgeModels.fit(self.store, family=self.family, target=self.target)
-        except StoreError:
-            raise
+    def save(self, models: KnowledgeModels) -> None:
+        """Keep ``models`` (fitted on this store elsewhere) as this cache's current set."""
+        with self._lock:
+            self._models = models
+            self._save(models, self.path)
+            self._save(models, self._shared_path())
+
+    def _shared_path(self) -> Path | None:
+        if self.shared_dir is None:
+            return None
+        content = content_key(self.store)
+        return (None if content is None
+                else shared_cache_path(self.shared_dir, content, self.family, self.target))
+
+    def _refit_locked(self, shared: Path | None) -> KnowledgeModels:
+        models = KnowledgeModels.fit(self.store, family=self.family, target=self.target)
         self._models = models
-        if self.path is not None:
-            try:
-                models.save(self.path)
-            except OSError as exc:
-                log.warning("cannot write the model cache %s: %s", self.path, exc)
+        self._save(models, self.path)
+        self._save(models, shared)
         return models
+
+    @staticmethod
+    def _save(models: KnowledgeModels, path: Path | None) -> None:
+        if path is None:
+            return
+        try:
+            models.save(path)
+        except OSError as exc:
+            log.warning("cannot write the model cache %s: %s", path, exc)

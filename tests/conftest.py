@@ -18,6 +18,20 @@ SCRIPTED = "scripted=tests.scripted_target:ScriptedTarget"
 PG_ADMIN_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test's store that holds exactly the shipped knowledge shares one fit of it
+    (knowledge/cache.py, ``ADVISOR_SHARED_MODEL_DIR``): it takes over a minute on 2 cores, and
+    tens of tests open a fresh store of it, in-process and in the subprocesses they start."""
+    previous = os.environ.get("ADVISOR_SHARED_MODEL_DIR")
+    os.environ["ADVISOR_SHARED_MODEL_DIR"] = str(tmp_path_factory.mktemp("shared-models"))
+    yield
+    if previous is None:
+        os.environ.pop("ADVISOR_SHARED_MODEL_DIR", None)
+    else:
+        os.environ["ADVISOR_SHARED_MODEL_DIR"] = previous
+
+
 @pytest.fixture(autouse=True)
 def _scripted_target(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ADVISOR_EXTRA_TARGETS", SCRIPTED)

@@ -226,7 +226,8 @@ class SweepRunner:
         for target in dict.fromkeys(c.target for c in self.spec.cells):
             try:
                 models[target] = ModelCache(self.store, self.settings.cache_dir,
-                                            target=target).get()
+                                            target=target,
+                                            shared_dir=self.settings.shared_model_dir).get()
             except AdvisorError as exc:
                 log.info("no models for %s yet: %s", target, exc)
                 models[target] = None

@@ -121,3 +121,34 @@ def test_noise_floor_comes_from_repeats_only(syn_store: TrialStore) -> None:
     assert n == 240 and floor is not None and 0.02 < floor < 0.1
     single = [t for t in trials if t.number % 2 == 0]  # one measurement per config and size
     assert noise_floor(single, "p95_latency_ms") == (None, 0)
+
+
+def test_stores_of_the_same_imports_share_one_fit(syn_store: TrialStore, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from knowledge.cache import content_key
+    from knowledge.transfer import export_jsonl, import_file
+
+    data = tmp_path / "data.jsonl"
+    with data.open("w") as f:
+        export_jsonl(syn_store, f)
+    shared = tmp_path / "shared"
+    stores = [TrialStore(f"sqlite:///{tmp_path / f'fresh{i}.db'}") for i in range(3)]
+    for store in stores:
+        import_file(store, data)
+    assert content_key(stores[0]) is not None
+    assert content_key(stores[0]) == content_key(stores[1])
+    assert content_key(syn_store) is None  # measured here, not imported
+    first = ModelCache(stores[0], tmp_path / "c0", shared_dir=shared).get()
+
+    def no_fit(*args: object, **kwargs: object) -> KnowledgeModels:
+        raise AssertionError("fitted again although the same imports were fitted before")
+
+    monkeypatch.setattr(KnowledgeModels, "fit", no_fit)
+    second = ModelCache(stores[1], tmp_path / "c1", shared_dir=shared).get()
+    assert second.data == first.data and set(second.contexts) == set(first.contexts)
+    monkeypatch.undo()
+    # One more trial, measured in the third store: its content is its own, and so is its fit.
+    populate(stores[2], n_configs=1, sizes=(8000,), repeats=1, seed=5, study_prefix="local")
+    assert content_key(stores[2]) is None
+    third = ModelCache(stores[2], tmp_path / "c2", shared_dir=shared).get()
+    assert third.data.trials == first.data.trials + 1
