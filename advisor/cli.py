@@ -499,7 +499,8 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
 def _co_summary(result: StudyResult) -> dict[str, Any]:
     return {"study": result.study.name, "workload": result.study.workload_spec,
             "complete": result.count(TrialStatus.COMPLETE),
-            "failed": result.count(TrialStatus.FAILED), "meeting_slo": result.n_feasible,
+            "failed": result.count(TrialStatus.FAILED),
+            "invalid": result.count(TrialStatus.INVALID), "meeting_slo": result.n_feasible,
             "best": _trial_json(result.best)}
 
 

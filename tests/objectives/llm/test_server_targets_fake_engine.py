@@ -205,7 +205,10 @@ def test_cli_also_rate_records_a_study_per_rate(fake_vllm: Path, tmp_path: Path)
     assert tune.returncode == 0, tune.stderr
     summary = json.loads(tune.stdout)
     assert [c["study"] for c in summary["co_measured"]] == ["fake@25rps", "fake@100rps"]
-    assert all(c["complete"] + c["failed"] == 2 for c in summary["co_measured"])
+    # Every co-measured trial finished; on a loaded 2-core machine the one-process client may
+    # lag at 100 req/s and the gate stores that trial as invalid (client_bound): still measured.
+    assert all(c["complete"] + c["failed"] + c["invalid"] == 2 for c in summary["co_measured"]), \
+        summary["co_measured"]
     trials = json.loads(subprocess.run(
         [sys.executable, "-m", "advisor", "trials", "--study", "fake@100rps", "--json"],
         env=env, capture_output=True, text=True, timeout=120).stdout)
