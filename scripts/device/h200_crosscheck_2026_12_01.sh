@@ -23,10 +23,12 @@
 # 8b-knee (second session): the defaults from light load to past the knee, 3 repeats per rate,
 #     gated against the server (no reference).
 # 1b-more (second session): the 1B defaults at rates between the first call's, 3 repeats each.
+# 1b-light (second session): the 1B defaults below their knee, 5 repeats per rate (the noise
+#     floor where trials are valid, not frontend-delayed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
-PHASE=${PHASE:?set PHASE=8b-defaults, 1b, 8b-paired, 8b-rounds, 8b-knee or 1b-more}
+PHASE=${PHASE:?set PHASE=8b-defaults, 1b, 8b-paired, 8b-rounds, 8b-knee, 1b-more or 1b-light}
 WINDOW=${WINDOW:-8}
 mkdir -p "$OUT"
 # shellcheck disable=SC1091
@@ -93,6 +95,12 @@ case $PHASE in
     # shellcheck disable=SC2046
     cc $(common llama-3.2-1b 30) --rate 15 --rate 60 --rate 120 --rate 180 \
       --repeats 3 --reference-repeats 0 --store-as h200-1b-chat-1201-more \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  1b-light)
+    # shellcheck disable=SC2046
+    cc $(common llama-3.2-1b 30) --rate 20 --rate 30 --rate 45 --rate 75 \
+      --repeats 5 --reference-repeats 0 --store-as h200-1b-chat-1201-light \
       -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;
   *) echo "unknown PHASE $PHASE" >&2; exit 2 ;;
