@@ -249,8 +249,8 @@ def main(folder: Path, trials: Path) -> None:
                       "1B defaults, repeats on one engine start"),
         repeats_table(stored["h200-8b-chat-1201-rounds"] + stored["h200-8b-chat-1201-knee"],
                       "8B defaults, second session (one engine start per call)"),
-        repeats_table(stored["h200-1b-chat-1201-more"],
-                      "1B defaults, second session (one engine start)"),
+        repeats_table(stored["h200-1b-chat-1201-more"] + stored["h200-1b-chat-1201-light"],
+                      "1B defaults, second session (one engine start per call)"),
         paired_table(stored["h200-8b-chat-1201-paired"], "best-sampled", "default"),
     ]
     print("\n\n".join("\n".join(block) for block in blocks))

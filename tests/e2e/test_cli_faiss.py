@@ -101,9 +101,9 @@ def test_shipped_h200_knowledge_is_listed_on_a_fresh_store(env: dict[str, str]) 
                      "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     trials = json.loads(listed.stdout)
-    assert len(trials) >= 216  # the 2026-11-30 sets (kept, invalid) and the checked 2026-12-01 set
+    assert len(trials) >= 236  # the 2026-11-30 sets (kept, invalid) and the checked 2026-12-01 set
     complete = [t for t in trials if t["status"] == "complete"]
-    assert len(complete) >= 74  # 42 valid + 32 frontend_delay (2026-12-01, two sessions)
+    assert len(complete) >= 94  # 61 valid + 33 frontend_delay (2026-12-01, two sessions)
     # The measurements of the single-client days are kept for provenance and used for nothing.
     assert sum(t["status"] == "invalid" for t in trials) >= 85
     for t in trials:
