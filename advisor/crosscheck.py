@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import statistics
 import tempfile
 import time
 import uuid
@@ -287,11 +288,7 @@ def compare_rounds(label: str, rate: float, pairs: list[tuple[Measured, Measured
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    xs = sorted(values)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return statistics.median(values) if values else None
 
 
 # -- running it -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from advisor.crosscheck import GOAL_METRICS, Measured, compare_rounds, compare_row
+from advisor.crosscheck import GOAL_METRICS, CrosscheckReport, Measured, compare_row
 from advisor.paired import PairedComparisonError, Repeat, compare
 from objectives.llm.validity import rejudge
 
@@ -99,6 +99,11 @@ def session(path: Path) -> str:
     raise ValueError(f"{path} has no header line (an interrupted run); pass its session")
 
 
+def _measured(m: Mapping[str, Any]) -> Measured:
+    return Measured(**{k: m[k] for k in ("kind", "config", "rate_rps", "round", "metrics",
+                                          "server", "validity", "reasons", "checks")})
+
+
 def goal_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     """The issue's goal per config and rate: each goal figure of the advisor within 15 % of the
     reference, or agreeing with the server's view of the same window (the gate's check)."""
@@ -107,9 +112,7 @@ def goal_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|"]
     firsts: dict[tuple[str, float, str], Measured] = {}
     for m in ms:
-        fields = {k: m[k] for k in ("kind", "config", "rate_rps", "round", "metrics", "server",
-                                    "validity", "reasons", "checks")}
-        firsts.setdefault((m["config"], m["rate_rps"], m["kind"]), Measured(**fields))
+        firsts.setdefault((m["config"], m["rate_rps"], m["kind"]), _measured(m))
     for (config, rate, kind), adv in sorted(firsts.items()):
         if kind != "advisor":
             continue
@@ -176,34 +179,20 @@ def paired_table(ms: Sequence[Mapping[str, Any]], x: str, y: str) -> list[str]:
     return out
 
 
-def _measured(m: Mapping[str, Any]) -> Measured:
-    return Measured(**{k: m[k] for k in ("kind", "config", "rate_rps", "round", "metrics",
-                                          "server", "validity", "reasons", "checks")})
-
-
 def rounds_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     """Per config and rate, the rounds of advisor-then-reference windows: medians, the median
-    ratio with its range, the advisor windows agreeing with their server, the goal."""
+    ratio with its range, the advisor windows agreeing with their server, the goal (the rows
+    ``advisor crosscheck`` itself prints: CrosscheckReport.round_rows)."""
     out = [f"**{title}**", "", "| config | req/s | rounds | figure | advisor (median) "
            "| vllm bench serve (median) | ratio, median [range] | advisor windows agreeing "
            "with the server | goal |", "|---|---|---|---|---|---|---|---|---|"]
-    keys = dict.fromkeys((m["config"], m["rate_rps"]) for m in ms)
-    for config, rate in keys:
-        pairs = []
-        for adv in ms:
-            if (adv["kind"], adv["config"], adv["rate_rps"]) != ("advisor", config, rate):
-                continue
-            ref = next((r for r in ms if r["kind"] == "reference" and r["config"] == config
-                        and r["rate_rps"] == rate and r["round"] == adv["round"]), None)
-            if ref is not None:
-                pairs.append((_measured(adv), _measured(ref)))
-        if not pairs:
-            continue
-        row = compare_rounds(config, rate, pairs)
+    report = CrosscheckReport("tables", {}, {})
+    report.measured = [_measured(m) for m in ms]
+    for row in report.round_rows():
         for metric in GOAL_METRICS:
             f = row["figures"][metric]
             lo, hi = f["ratio_range"]
-            out.append(f"| {config} | {rate:g} | {row['rounds']} | {metric} "
+            out.append(f"| {row['config']} | {row['rate_rps']:g} | {row['rounds']} | {metric} "
                        f"| {_f(f['advisor_median'], 1)} | {_f(f['reference_median'], 1)} "
                        f"| {f['ratio_median']:.2f} [{lo:.2f}–{hi:.2f}] "
                        f"| {f['agrees_with_server']} "
