@@ -8,12 +8,15 @@ scores) to the cache directory, so a later ``advisor recommend`` only loads it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +151,25 @@ def shared_cache_path(shared_dir: Path, content: str, family: str = DEFAULT_FAMI
     return Path(shared_dir) / f"imported-{content}-{family}{suffix}.pkl"
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` between processes (POSIX ``flock``; released when the
+    holder exits, even by a crash). Without a writable directory it locks nothing: the fit
+    then merely happens twice."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        log.warning("cannot lock %s (%s): fitting without it", path, exc)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 class ModelCache:
     """Fitted models for one store, in memory and on disk, refitted when the store changes.
 
@@ -155,7 +177,9 @@ class ModelCache:
     the shipped knowledge) also looks in ``shared_dir`` (default: the cache dir's ``knowledge``
     folder) for the models another such store fitted on the same content, and leaves its own
     there: a second fresh store, say a PostgreSQL one beside the SQLite default, loads instead of
-    fitting again (the shipped knowledge takes over a minute to fit on 2 cores).
+    fitting again (the shipped knowledge takes over a minute to fit on 2 cores). Processes that
+    need the same shared fit at once take turns on a lock file beside it: one fits, the others
+    load its result.
 
     Thread-safe: concurrent requests share one fit.
     """
@@ -184,13 +208,15 @@ class ModelCache:
             if self._models is not None and (self._models.data == current or not refit):
                 return self._models
             shared = self._shared_path()
-            if shared is not None:
-                models = KnowledgeModels.load(shared)
-                if models is not None and models.data == current:
-                    self._models = models
-                    self._save(models, self.path)
-                    return models
-            return self._refit_locked(shared)
+            if shared is None:
+                return self._refit_locked(None)
+            models = self._adopt_shared(shared, current)
+            if models is not None:
+                return models
+            # Another process on the same content may be fitting it now: wait for its fit
+            # rather than fitting the same trials twice on the same cores.
+            with _file_lock(shared.with_suffix(".lock")):
+                return self._adopt_shared(shared, current) or self._refit_locked(shared)
 
     def peek(self) -> KnowledgeModels | None:
         """Current models from memory or disk, or None (never fits)."""
@@ -218,6 +244,15 @@ class ModelCache:
         content = content_key(self.store)
         return (None if content is None
                 else shared_cache_path(self.shared_dir, content, self.family, self.target))
+
+    def _adopt_shared(self, shared: Path, current: DataKey) -> KnowledgeModels | None:
+        """The models at ``shared`` when they were fitted on ``current``, kept as this cache's."""
+        models = KnowledgeModels.load(shared)
+        if models is None or models.data != current:
+            return None
+        self._models = models
+        self._save(models, self.path)
+        return models
 
     def _refit_locked(self, shared: Path | None) -> KnowledgeModels:
         models = KnowledgeModels.fit(self.store, family=self.family, target=self.target)

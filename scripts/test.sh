@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Run the test suite in ./.venv (set it up first with `bash scripts/quickstart.sh --setup-only`).
 # GPU tests skip on CPU machines. pytest's "no tests collected" (exit 5) is a failure here.
+#
+# Two pytest-xdist workers by default (ADVISOR_TEST_WORKERS=N to change, 0 for one process): the
+# suite waits on subprocesses, servers and sockets about half the time, so two workers keep 2
+# cores busy. Each test file runs whole on one worker (--dist loadfile): a module's server or Ray
+# head is started once, and its tests keep their order.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -q "$@"
+workers="${ADVISOR_TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != "0" ]; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+.venv/bin/python -m pytest -q "${parallel[@]}" "$@"
 code=$?
 if [ "$code" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +19,41 @@ SCRIPTED = "scripted=tests.scripted_target:ScriptedTarget"
 PG_ADMIN_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
+def run_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A directory of the whole test run, shared by pytest-xdist's workers (each worker's
+    basetemp is a ``popen-gwN`` folder under the run's own), so what is costly to build is built
+    once per run rather than once per worker. Whatever writes there must publish atomically (the
+    dataset and model caches do: temporary name, then rename; the model fit also takes a lock)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every collected test has its own node id. pytest 9 builds a test function's id from its
+    original name and its parametrisation, and schemathesis's per-operation items carry neither,
+    so all 14 operations had one id; pytest-xdist schedules by id and ran one of them. Such items
+    get their full name back as their id; any duplicate left stops the run."""
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        if counts[item.nodeid] > 1 and isinstance(item, pytest.Function) and item.parent:
+            item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined]
+    twice = [nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1]
+    if twice:
+        raise pytest.UsageError(f"tests collected twice under one id: {twice[:5]}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _shared_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every test's store that holds exactly the shipped knowledge shares one fit of it
     (knowledge/cache.py, ``ADVISOR_SHARED_MODEL_DIR``): it takes over a minute on 2 cores, and
-    tens of tests open a fresh store of it, in-process and in the subprocesses they start."""
+    tens of tests open a fresh store of it, in-process, in the subprocesses they start and in
+    the other test workers."""
     previous = os.environ.get("ADVISOR_SHARED_MODEL_DIR")
-    os.environ["ADVISOR_SHARED_MODEL_DIR"] = str(tmp_path_factory.mktemp("shared-models"))
+    os.environ["ADVISOR_SHARED_MODEL_DIR"] = str(run_dir(tmp_path_factory, "shared-models"))
     yield
     if previous is None:
         os.environ.pop("ADVISOR_SHARED_MODEL_DIR", None)
@@ -88,11 +117,11 @@ def store(db_url: str) -> Iterator[TrialStore]:
 
 @pytest.fixture(scope="session")
 def faiss_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One dataset/index cache for the whole session, so MiniLM embeds the test corpus once."""
-    return tmp_path_factory.mktemp("faiss-cache")
+    """One dataset/index cache for the whole run, so MiniLM embeds the test corpus once."""
+    return run_dir(tmp_path_factory, "faiss-cache")
 
 
 @pytest.fixture(scope="session")
 def rag_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One RAG store / index / model cache for the session: MiniLM embeds the chunks once."""
-    return tmp_path_factory.mktemp("rag-cache")
+    """One RAG store / index / model cache for the run: MiniLM embeds the chunks once."""
+    return run_dir(tmp_path_factory, "rag-cache")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import WorkloadError
+from objectives.atomic_files import atomic_write_text
 
 __all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "model_config", "prompt_text", "write_model_dir"]
 
@@ -92,13 +93,13 @@ def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any]
     """
     config = {**model_config(shape), **(overrides or {})}
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    (directory / "generation_config.json").write_text(json.dumps({
+    atomic_write_text(directory / "config.json", json.dumps(config, indent=2))
+    atomic_write_text(directory / "generation_config.json", json.dumps({
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
     tokenizer = directory / "tokenizer.json"
     if not tokenizer.exists():
-        tokenizer.write_text(json.dumps(_tokenizer_json(int(config["vocab_size"]))))
-    (directory / "tokenizer_config.json").write_text(json.dumps({
+        atomic_write_text(tokenizer, json.dumps(_tokenizer_json(int(config["vocab_size"]))))
+    atomic_write_text(directory / "tokenizer_config.json", json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
         "pad_token": "<pad>", "unk_token": "<pad>", "add_bos_token": False,
         "model_max_length": int(config["max_position_embeddings"]),
@@ -106,6 +107,6 @@ def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any]
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} "
                          "{% endif %}{% endfor %}",
     }))
-    (directory / "special_tokens_map.json").write_text(json.dumps({
+    atomic_write_text(directory / "special_tokens_map.json", json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}))
     return directory

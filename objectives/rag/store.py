@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from advisor.errors import DataError, WorkloadError
+from objectives.atomic_files import atomic_write_text
 from objectives.datasets.corpus import corpus_provenance, load_passages
 from objectives.datasets.vectors import VectorDataset, _atomic_save
 from objectives.llm.models import N_SPECIAL_TOKENS
@@ -117,12 +118,12 @@ def build_stores(spec: StoreSpec, cache_dir: Path,
         if not vectors_path.is_file():
             say(f"embedding {len(chunks)} chunks of {size} words with MiniLM (cached after this)")
             # Texts first: the vectors file is the marker that both are there.
-            (directory / f"chunks-{size}.json").write_text(json.dumps(chunks))
+            atomic_write_text(directory / f"chunks-{size}.json", json.dumps(chunks))
             _atomic_save(vectors_path, embed(chunks))
         facts["chunks"][str(size)] = len(chunks)
     meta = directory / "store.json"
     if not meta.is_file():
-        meta.write_text(json.dumps({"queries": queries, **facts}))
+        atomic_write_text(meta, json.dumps({"queries": queries, **facts}))
     return facts
 
 

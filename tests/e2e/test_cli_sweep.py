@@ -1,5 +1,6 @@
 """`advisor sweep` end to end, as cron runs it: real subprocesses, real worker processes sharing a
-study through SQLite or PostgreSQL, SIGKILL and rerun, failing cells, and drift reports.
+study through SQLite or PostgreSQL, SIGKILL and rerun, failing cells, and drift reports (the Ray
+backend: test_cli_sweep_ray.py).
 
 The scripted target (a known response surface; ``qps_scale`` makes its workload "heavier") drives
 the robustness and drift rules deterministically; real FAISS runs check the same on a real engine.
@@ -18,36 +19,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
-import yaml
 
 from knowledge import TrialStatus, TrialStore
 from knowledge.jobs import pid_alive
 from tests.conftest import _postgres_url
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def advisor(*args: str, env: dict[str, str], timeout: float = 600
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def sweep_file(tmp_path: Path, name: str, matrix: list[dict[str, Any]], **top: Any) -> Path:
-    data = {"name": name, "workers": 2, "trials": 6, "repeats": 2, "seed": 0,
-            "trial_timeout_s": 60, "max_consecutive_failures": 3,
-            "warm_start": {"recommendation": False, "best_known": 1},
-            "drift": {"noise_factor": 3, "min_change": 0.1}, "matrix": matrix, **top}
-    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def scripted_cell(tier: str = "t", **params: Any) -> dict[str, Any]:
-    return {"target": "scripted", "workload_params": {"delay_s": 0.3, **params},
-            "slo_tiers": {tier: "p95_latency_ms<=1,recall_at_10>=0.8"}}
+from tests.e2e.sweep_helpers import (
+    ROOT,
+    advisor,
+    assert_consistent,
+    run_nightly_cpu_sweep,
+    scripted_cell,
+    study_trials,
+    summary_of,
+    sweep_file,
+)
 
 
 @pytest.fixture
@@ -68,33 +54,6 @@ def sqlite_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'sweep.db'}",
             "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "false",
             "ADVISOR_HEARTBEAT_INTERVAL_S": "1", "COLUMNS": "200"}
-
-
-def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert result.stdout.strip(), result.stderr
-    return json.loads(result.stdout)
-
-
-def study_trials(store: TrialStore, name: str) -> list[Any]:
-    study = store.get_study(name)
-    assert study is not None, name
-    return store.trials_of_study(study.id or 0)
-
-
-def assert_consistent(store: TrialStore, study_name: str, budget: int) -> None:
-    """No lost, duplicated or stuck-running trials; Optuna agrees with the store."""
-    trials = study_trials(store, study_name)
-    finished = [t for t in trials if t.status in TrialStatus.FINISHED]
-    assert len(finished) == budget, [(t.number, t.status) for t in trials]
-    assert not [t for t in trials if t.status == TrialStatus.RUNNING]
-    numbers = [t.number for t in trials]
-    assert len(numbers) == len(set(numbers))
-    ostudy = optuna.load_study(study_name=study_name, storage=store.url)
-    states = [t.state for t in ostudy.get_trials(deepcopy=False)]
-    assert optuna.trial.TrialState.RUNNING not in states
-    complete = {t.number for t in ostudy.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE}
-    assert complete == {t.number for t in trials if t.status == TrialStatus.COMPLETE}
 
 
 # shared studies ------------------------------------------------------------------------------
@@ -262,140 +221,9 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
     assert p95["verdict"] == "regressed" and p95["change"] > 1.0
 
 
-# the shipped nightly matrix, both backends ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real local Ray head (CPU only) of this module's tests: ``ray start --block`` in its own
-    process group and temp dir, so stopping it never touches another Ray on the machine. One
-    head serves every Ray test here (a driver that dies is cleaned up by the head, as in a real
-    cluster); it is stopped by SIGTERM, then SIGKILL after 5 s (``ray start --block`` does not
-    exit on SIGTERM within 30 s, and its temp dir is this fixture's own)."""
-    pytest.importorskip("ray")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray = str(Path(sys.executable).with_name("ray"))
-    temp_dir = tmp_path_factory.mktemp("ray", numbered=True)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}",
-                             "--num-cpus=2", "--include-dashboard=false",
-                             "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while subprocess.run([ray, "status", f"--address={address}"], env=env,
-                             capture_output=True, timeout=60).returncode != 0:
-            if head.poll() is not None or time.monotonic() > deadline:
-                why = head.stderr.read() if head.stderr else b""
-                pytest.fail(f"the Ray head did not start: {why!r}")
-            time.sleep(1)
-        yield address
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait(timeout=30)
-
-
-@pytest.mark.ray
-def test_ray_sweep_sigkilled_then_restored(ray_head: str, tmp_path: Path) -> None:
-    """SIGKILL the driver of a Ray sweep; the rerun resumes the Tune experiment with
-    Tuner.restore, fails the cut-short trial as interrupted, measures its config again and fills
-    the budget without replaying the configs measured before the kill."""
-    db = f"sqlite:///{tmp_path / 'ray.db'}"
-    env = {**os.environ, "ADVISOR_DB_URL": db, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
-           "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_HEARTBEAT_INTERVAL_S": "1",
-           "COLUMNS": "200"}
-    name = f"raykill{uuid.uuid4().hex[:6]}"
-    path = sweep_file(tmp_path, name, [scripted_cell(delay_s=1.5)], trials=7, repeats=1,
-                      backend="ray")
-    args = ["sweep", "run", str(path), "--ray-address", ray_head, "--json", "--no-refit"]
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    store = TrialStore(db)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        trials = [t for s in store.list_studies("scripted") for t in
-                  store.trials_of_study(s.id or 0)]
-        if sum(t.status in TrialStatus.FINISHED for t in trials) >= 3:
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the Ray sweep never finished 3 trials")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-    before = {t.number: t.config for t in trials if t.status == TrialStatus.COMPLETE}
-
-    rerun = advisor(*args, env=env)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    cell = summary_of(rerun)["cells"][0]
-    assert_consistent(store, cell["study"], 8)  # budget 7 + 1 repeat
-    after = study_trials(store, cell["study"])
-    sampled_after = [t.config for t in after if t.number not in before
-                     and t.status == TrialStatus.COMPLETE and not t.details.get("role")
-                     and t.details.get("requeued_from_trial") is None]
-    assert not [c for c in sampled_after if c in before.values()], "the sampler replayed configs"
-    # The budget held through the restore (Tune's saved state lags the kill; the store decides)
-    # and the repeat of the best ran in an experiment of its own.
-    searched = [t for t in after if t.status in TrialStatus.FINISHED
-                and t.details.get("role") != "repeat"]
-    assert len(searched) == 7, [(t.number, t.status, t.details.get("role")) for t in after]
-    assert len([t for t in after if t.details.get("role") == "repeat"]) == 1
-    cache = Path(env["ADVISOR_CACHE_DIR"]) / "ray-tune"
-    assert len(list(cache.iterdir())) >= 2, "the restored experiment, then the repeats'"
+# the shipped nightly matrix ------------------------------------------------------------------
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
-def test_nightly_cpu_sweep_runs_on_both_backends(backend: str, tmp_path: Path, faiss_cache: Path,
-                                                 request: pytest.FixtureRequest) -> None:
-    pytest.importorskip("faiss")
-    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'n.db'}",
-           "ADVISOR_CACHE_DIR": str(faiss_cache), "ADVISOR_IMPORT_SHIPPED": "false",
-           "COLUMNS": "200"}
-    sweep = "sweeps/nightly-cpu.yaml"
-    cells = 3
-    if backend == "ray":
-        # On Ray, the FAISS cells of the shipped matrix: the trainable is the same for every
-        # target (the local run covers the transformers cell, ~60 s of CPU trials), so this
-        # checks what Ray adds — trials spread as Tune trials, stored and told — on a real engine.
-        spec = yaml.safe_load((ROOT / sweep).read_text())
-        spec["matrix"] = [c for c in spec["matrix"] if c["target"] == "faiss"]
-        cells = sum(len(c["slo_tiers"]) for c in spec["matrix"])
-        sweep = str(tmp_path / "nightly-cpu-faiss.yaml")
-        Path(sweep).write_text(yaml.safe_dump(spec, sort_keys=False))
-    args = ["sweep", "run", sweep, "--json", "--report-dir", str(tmp_path / "report")]
-    if backend == "ray":
-        args += ["--backend", "ray", "--ray-address", request.getfixturevalue("ray_head")]
-    result = advisor(*args, env=env, timeout=1200)
-    summary = summary_of(result)
-    assert result.returncode == summary["exit_code"] == 0, (result.stderr[-3000:], summary)
-    assert summary["backend"] == backend and len(summary["cells"]) == cells
-    store = TrialStore(env["ADVISOR_DB_URL"])
-    for cell in summary["cells"]:
-        assert cell["status"] == "ok", cell
-        llm = cell["key"].startswith("transformers")
-        assert_consistent(store, cell["study"], 3 if llm else 7)  # budget + repeats of the best
-        trials = study_trials(store, cell["study"])
-        assert {t.details.get("role") for t in trials} >= {"engine-default", "repeat"}
-        for t in trials:
-            assert (t.hardware_key and t.engine_versions) or t.status != TrialStatus.COMPLETE
-            if backend == "ray":  # each trial ran as a Tune trial on the cluster
-                assert t.details.get("ray_trial_id"), (t.number, t.details)
-    reports = summary["reports"]
-    assert Path(reports["summary"]).exists()
-    assert Path(reports["cheatsheet_faiss_md"]).read_text().strip()
-    assert "context" in reports["models_faiss"]
-    if backend == "ray":  # Ray ran the trials: Tune experiments (search, then repeats) per cell
-        experiments = list((Path(env["ADVISOR_CACHE_DIR"]) / "ray-tune").iterdir())
-        assert len(experiments) >= 2 * cells, experiments
+def test_nightly_cpu_sweep_runs_locally(tmp_path: Path, faiss_cache: Path) -> None:
+    run_nightly_cpu_sweep("local", tmp_path, faiss_cache)

@@ -152,3 +152,39 @@ def test_stores_of_the_same_imports_share_one_fit(syn_store: TrialStore, tmp_pat
     assert content_key(stores[2]) is None
     third = ModelCache(stores[2], tmp_path / "c2", shared_dir=shared).get()
     assert third.data.trials == first.data.trials + 1
+
+
+def test_fresh_stores_fitting_at_once_fit_the_shared_content_once(
+        syn_store: TrialStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two caches that need the same shared fit at the same moment (two processes on fresh
+    stores, or two test workers) take turns on its lock file: one fits, the other loads."""
+    import threading
+    import time
+
+    from knowledge.transfer import export_jsonl, import_file
+
+    data = tmp_path / "data.jsonl"
+    with data.open("w") as f:
+        export_jsonl(syn_store, f)
+    stores = [TrialStore(f"sqlite:///{tmp_path / f'fresh{i}.db'}") for i in range(2)]
+    for store in stores:
+        import_file(store, data)
+    real_fit = KnowledgeModels.fit.__func__  # type: ignore[attr-defined]
+    fits: list[float] = []
+
+    def slow_fit(cls: type[KnowledgeModels], *args: object, **kwargs: object) -> KnowledgeModels:
+        fits.append(time.monotonic())
+        time.sleep(0.5)  # both caches are surely waiting on the shared file by now
+        return real_fit(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(KnowledgeModels, "fit", classmethod(slow_fit))
+    results: list[KnowledgeModels] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        ModelCache(stores[i], tmp_path / f"c{i}", shared_dir=tmp_path / "shared").get()))
+        for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 2 and len(fits) == 1, fits
+    assert results[0].fitted_at == results[1].fitted_at
