@@ -32,6 +32,7 @@ from advisor.cli_support import (
     choice,
     emit_table,
     is_help_request,
+    one_line,
     positive,
     print_json,
     table_format,
@@ -41,6 +42,7 @@ from advisor.cli_views import baseline_text, paired_table
 from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
+from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import check_model, known_model, resolve_workload
@@ -53,7 +55,7 @@ from advisor.recommend import (
     recommend_measured,
     trial_model,
 )
-from advisor.settings import Settings
+from advisor.settings import Settings, default_db_url
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate, workload_features
@@ -102,7 +104,7 @@ def _settings() -> Settings:
 
 def _store(settings: Settings | None = None) -> TrialStore:
     settings = settings or _settings()
-    store = TrialStore(settings.db_url)
+    store = TrialStore(settings.db_url, create_dir=settings.db_url == default_db_url())
     if settings.import_shipped:
         for name, summary in import_shipped_knowledge(store).items():
             log.info("imported shipped knowledge %s: %d trials", name, summary.trials_imported)
@@ -196,7 +198,13 @@ def _resolve_workload(target: Target, workload: str | None, params: Sequence[str
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise WorkloadError(f"--workload-param expects KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            why = " ".join(str(exc).split())  # YAML's messages span lines; errors are one line
+            raise WorkloadError(f"--workload-param {key.strip()}: not a YAML value ({why})"
+                                ) from None
+        overrides[key.strip()] = check_numbers(parsed, f"--workload-param {key.strip()}")
     return resolve_workload(target, workload, overrides)
 
 
@@ -268,8 +276,9 @@ def tune_cmd(
     objective: Annotated[str | None, typer.Option(
         help='What to optimise subject to the SLO, e.g. "maximize:qps" or '
              '"minimize:p99_latency_ms". Default: the target\'s.')] = None,
-    trials: Annotated[int, typer.Option(min=1, help="Trials to finish (failed ones count).")] = 30,
-    name: Annotated[str | None, typer.Option(
+    trials: Annotated[int, typer.Option(min=1, max=MAX_TRIALS,
+                                        help="Trials to finish (failed ones count).")] = 30,
+    name: Annotated[str | None, typer.Option(callback=one_line,
         help="Study name (default: derived from target, workload, SLO and objective, so rerunning "
              "the same command with --resume continues it).")] = None,
     resume: Annotated[bool, typer.Option(
@@ -277,7 +286,7 @@ def tune_cmd(
              "run until --trials have finished; start it if it does not exist yet.")] = False,
     workload: Annotated[str | None, typer.Option(
         help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
-    model: Annotated[str | None, typer.Option(
+    model: Annotated[str | None, typer.Option(callback=one_line,
         help="LLM targets: a model shape (random weights) or a local model directory. Sets the "
              "workload's `model`.", metavar=_MODELS)] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
@@ -295,8 +304,9 @@ def tune_cmd(
         "--timeout", callback=positive, hidden=True,
         help="Deprecated alias of --trial-timeout (a per-trial limit, not the study's).")
     ] = None,
-    memory_limit_mb: Annotated[int | None, typer.Option(
-        help="Address-space limit of each trial process, in MiB.")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(min=1,
+        help="Resident-memory limit of each trial's processes (engine servers included), "
+             "in MiB: over it the trial is killed and fails as oom.")] = None,
     include_default: Annotated[bool, typer.Option(
         help="Measure the engine's default config as the first trial, for comparison.")] = True,
     also_rate: Annotated[list[float] | None, typer.Option(
@@ -338,7 +348,7 @@ def tune_cmd(
         updates["trial_memory_limit_mb"] = memory_limit_mb
     settings = settings.model_copy(update=updates)
     tgt = get_target(target)
-    slo_obj = parse_slo(slo or tgt.default_slo)
+    slo_obj = requested_slo(slo or tgt.default_slo)
     obj = Objective.parse(objective or tgt.default_objective)
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]
     wl = _resolve_workload(tgt, workload, params)
@@ -348,6 +358,8 @@ def tune_cmd(
     reporter = _ProgressReporter(obj, slo_obj.metrics)
     driver = StudyDriver(store, settings, reporter)
     try:
+        if name and store.get_study(name) is None:  # a new study's name: the API's rule
+            check_study_name(name)
         stored = store.get_study(study_name) if resume else None
         if stored is not None:
             if slo or objective or workload or params:
@@ -556,7 +568,7 @@ def trials_cmd(
     feasible: Annotated[bool | None, typer.Option(
         "--feasible/--infeasible", help="Only trials that met / missed their study's SLO.",
         show_default=False)] = None,
-    hardware: Annotated[str | None, typer.Option(
+    hardware: Annotated[str | None, typer.Option(callback=one_line,
         help="Only trials whose hardware key contains this text (e.g. h200, cpu).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
     wide: Annotated[bool, typer.Option("--wide", help=_WIDE_HELP)] = False,
@@ -635,10 +647,10 @@ def recommend_cmd(
     target: Annotated[str, typer.Option(help="Target engine.", metavar=_TARGETS)] = "faiss",
     objective: Annotated[str | None, typer.Option(
         help="What to optimise among configs meeting the SLO (default: the target's).")] = None,
-    hardware: Annotated[str, typer.Option(
+    hardware: Annotated[str, typer.Option(callback=one_line,
         help="Which hardware to answer for: 'this' (this machine), 'any', or (part of) a "
              "hardware key such as h200.")] = "this",
-    model: Annotated[str | None, typer.Option(
+    model: Annotated[str | None, typer.Option(callback=one_line,
         help="LLM targets: the model shape (llama-3-8b, llama-3.2-1b, ...).")] = None,
     rate_rps: Annotated[float | None, typer.Option(
         help="LLM workload: Poisson arrival rate, requests/s.")] = None,
@@ -672,7 +684,7 @@ def recommend_cmd(
     store = _store(settings)
     workload = _workload_query(rate_rps, prompt_len, output_len, n_vectors, dim)
     if measured:
-        rec = recommend_measured(store, target=target, slo=parse_slo(slo),
+        rec = recommend_measured(store, target=target, slo=requested_slo(slo),
                                  objective=Objective.parse(objective or tgt.default_objective),
                                  hardware_key=hw, model=model, workload=workload)
         if as_json:
@@ -685,7 +697,7 @@ def recommend_cmd(
     query = RecommendationQuery(target=target, slo=slo, hardware=hw, model=model,
                                 objective=objective, workload=workload)
     # Validate the question before fitting anything, so a typo answers at once.
-    parse_slo(slo).check_metrics(target, tgt.reported_metrics())
+    requested_slo(slo).check_metrics(target, tgt.reported_metrics())
     answer = recommend(store, query, models=_models(settings, store, target))
     if as_json:
         print_json(out, answer.to_dict())
@@ -878,7 +890,7 @@ def knowledge_export_cmd(
                                                 help="File to write (default: stdout).")] = None,
     target: Annotated[str | None, typer.Option(help="Only trials of this target.")] = None,
     study: Annotated[str | None, typer.Option(help="Only trials of this study.")] = None,
-    hardware: Annotated[str | None, typer.Option(
+    hardware: Annotated[str | None, typer.Option(callback=one_line,
         help="Only trials whose hardware key contains this text.")] = None,
 ) -> None:
     """Export trials (with their studies and SLO margins) as JSONL, one trial per line."""
@@ -962,13 +974,18 @@ def serve_cmd(
     err.print(f"advisor serve on http://{host}:{port} ({mode}); API docs at /docs")
     api = create_app(settings)
     started = time.perf_counter()
-    models = api.state.knowledge.models()  # fit (or load) before the first request, not in it
-    err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
-              f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
-    # The models are a large, long-lived heap: keep them out of the garbage collector's scans so
-    # its pauses do not land on request latencies.
-    gc.collect()
-    gc.freeze()
+
+    def ready(models: KnowledgeModels) -> None:
+        err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
+                  f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
+        # The models are a large, long-lived heap: keep them out of the garbage collector's
+        # scans so its pauses do not land on request latencies.
+        gc.collect()
+        gc.freeze()
+
+    # Fit (or load) in the background: /healthz answers at once, /readyz and the answers that
+    # need the models say 503 (Retry-After) until they are ready.
+    api.state.knowledge.warm_up(ready)
     supervisor = WorkerSupervisor(settings) if worker else None
     if supervisor is not None:
         supervisor.start()
@@ -1168,9 +1185,10 @@ def cheatsheet_cmd(
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="File to write (default: stdout).")] = None,
     target: Annotated[str | None, typer.Option(help="Only this target.")] = None,
-    hardware: Annotated[str | None, typer.Option(
+    hardware: Annotated[str | None, typer.Option(callback=one_line,
         help="Only hardware keys containing this text (e.g. h200, cpu).")] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model shape.")] = None,
+    model: Annotated[str | None, typer.Option(callback=one_line,
+                                              help="Only this model shape.")] = None,
     workload_class: Annotated[str | None, typer.Option(
         help="Only workload classes containing this text (e.g. chat, 'N=8000').")] = None,
     tier: Annotated[str | None, typer.Option(

@@ -18,7 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["TableFormat", "choice", "emit_table", "is_help_request", "positive",
+from advisor.errors import InputError
+from advisor.inputs import check_label
+
+__all__ = ["TableFormat", "choice", "emit_table", "is_help_request", "one_line", "positive",
            "table_format", "usage_message"]
 
 TableFormat = str  # "table", "wide" or "csv"
@@ -47,6 +50,17 @@ def choice(choices: Sequence[str]) -> dict[str, Any]:
     there adds it here; the value stays a plain ``str`` for the command.
     """
     return {"metavar": "|".join(choices), "callback": _one_of(list(choices))}
+
+
+def one_line(value: str | None) -> str | None:
+    """Option callback: a name, hardware or model label must be one line of printable text
+    (advisor/inputs.py: it is printed into commands a user may paste into a shell)."""
+    if value is not None:
+        try:
+            check_label(value, "the value")
+        except InputError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
 
 
 def positive(value: float | None) -> float | None:

@@ -39,6 +39,7 @@ import httpx
 
 from advisor import __version__
 from advisor.errors import AdvisorError, WorkloadError
+from advisor.inputs import requested_slo
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import is_usable
@@ -351,7 +352,7 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
                "engine_versions": target.engine_versions(), "clamped_lengths": clamped,
                "reference": None if harness is None else harness.name,
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    slo = parse_slo(plan.slo or target.default_slo)
+    slo = requested_slo(plan.slo or target.default_slo)
     recorder = (_Recorder(store, plan, target, report.session)
                 if store is not None and plan.store_as else None)
     started = time.perf_counter()

@@ -22,7 +22,7 @@ from advisor.cli import (
     err,
     out,
 )
-from advisor.cli_support import print_json
+from advisor.cli_support import one_line, print_json
 from advisor.crosscheck import (
     GOAL_METRICS,
     GOAL_RELATIVE,
@@ -67,7 +67,8 @@ def crosscheck_cmd(
     workload: Annotated[str | None, typer.Option(
         help="Workload preset or file (default: the target's).")] = None,
     model: Annotated[str | None, typer.Option(
-        help="Model shape or local path (sets the workload's `model`).")] = None,
+        callback=one_line, help="Model shape or local path (sets the workload's `model`).")
+    ] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable).")
                               ] = None,
@@ -91,8 +92,9 @@ def crosscheck_cmd(
     base_url: Annotated[str | None, typer.Option(
         help="Measure this running server instead of starting one.")] = None,
     served_model: Annotated[str | None, typer.Option(
-        help="With --base-url: the model name the server serves.")] = None,
+        callback=one_line, help="With --base-url: the model name the server serves.")] = None,
     store_as: Annotated[str | None, typer.Option(
+        callback=one_line,
         help="Store every advisor measurement as a trial of study <NAME>@<rate>rps.")] = None,
     slo: Annotated[str | None, typer.Option(
         help="SLO the stored trials are scored against (default: the target's).")] = None,

@@ -4,6 +4,8 @@ One loop, written once: ask Optuna for a config, record the trial as running, ru
 process, store the measurement with its SLO margins, hand the margins to the sampler as
 constraints (:func:`tell_constraints`; ``<= 0`` means met) and tell the objective. A killed driver
 leaves at most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+One driver runs a study at a time: it holds the study's lease (knowledge/leases.py) from before
+the study is created or recovered until it stops, so recovery never touches a live driver's trial.
 
 When the search's budget is spent and a feasible best other than the engine default exists, the
 study re-measures the two interleaved (``paired_repeats`` times each, advisor/pairing.py) and
@@ -26,7 +28,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -36,12 +38,14 @@ from optuna.trial import TrialState
 
 from advisor import __version__, pairing
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError
+from advisor.inputs import check_label
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.sampling import suggest_config
 from advisor.settings import Settings, check_paired_repeats
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import pid_alive
+from knowledge.leases import StudyLease
 from knowledge.models import StudyStatus, utcnow
 from knowledge.validity import invalid_reason, is_usable
 from objectives import SLO, Workload, parse_slo
@@ -108,6 +112,7 @@ class StudySpec:
             raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
         if not self.name or len(self.name) > 200:
             raise StudyError("a study name must have 1 to 200 characters")
+        check_label(self.name, "a study name")
         names = [self.name, *(c.name for c in self.co_measured)]
         if len(set(names)) != len(names):
             raise StudyError(f"co-measured studies need names of their own, got {names}")
@@ -234,14 +239,35 @@ class StudyDriver:
                  reporter: StudyReporter | None = None) -> None:
         self.store, self.settings = store, settings
         self.reporter: StudyReporter = reporter or _SilentReporter()
+        self._leases: list[StudyLease] = []
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     # entry points ----------------------------------------------------------------------------
 
     def run(self, spec: StudySpec) -> StudyResult:
-        """Start a new study named ``spec.name`` and run it to ``spec.n_trials`` trials."""
-        study, target, ostudy, companions = self._start(spec)
-        return self._loop(spec, study, target, ostudy, companions)
+        """Start a new study named ``spec.name`` and run it to ``spec.n_trials`` trials, holding
+        its lease (:meth:`lease`) throughout."""
+        with self.lease(spec.name):
+            study, target, ostudy, companions = self._start(spec)
+            return self._loop(spec, study, target, ostudy, companions)
+
+    @contextlib.contextmanager
+    def lease(self, name: str) -> Iterator[StudyLease]:
+        """Hold the lease on study ``name`` (knowledge/leases.py) while the block runs: one
+        driver per study. :meth:`run` and :meth:`resume` take it themselves; whoever creates,
+        recovers or enqueues into a study that workers then :meth:`join` (a sweep cell) takes it
+        around all of that. Raises :class:`StudyBusyError` naming the live holder."""
+        with StudyLease(self.store, name, ttl_s=self.settings.study_lease_ttl_s) as held:
+            self._leases.append(held)
+            try:
+                yield held
+            finally:
+                self._leases.remove(held)
+
+    def _check_leases(self) -> None:
+        """Stop when a lease this driver holds was taken over (it was frozen past its TTL)."""
+        for held in self._leases:
+            held.check()
 
     def create(self, spec: StudySpec) -> StudyRecord:
         """Create the study ``spec.name`` with its queued configs (engine default, enqueued ones)
@@ -301,14 +327,16 @@ class StudyDriver:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
         until ``n_trials`` (default: the study's own) trials have finished. ``paired_repeats``
         as in :class:`StudySpec`; repeats already queued or measured are not queued again."""
-        spec, study, target, ostudy, companions = self._open(name, n_trials)
-        if paired_repeats is not None:
-            spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
-        return self._loop(spec, study, target, ostudy, companions)
+        with self.lease(name):
+            spec, study, target, ostudy, companions = self._open(name, n_trials)
+            if paired_repeats is not None:
+                spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
+            return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
         """Recover the study ``name`` after a killed driver or worker (what :meth:`resume` does
-        before its loop), optionally setting its trial budget; no trial is run."""
+        before its loop), optionally setting its trial budget; no trial is run. The caller holds
+        the study's :meth:`lease`."""
         return self._open(name, n_trials)[1]
 
     def _open(self, name: str, n_trials: int | None
@@ -548,6 +576,7 @@ class StudyDriver:
         try:
             while True:
                 while done < spec.n_trials:
+                    self._check_leases()
                     rec = self._run_one(spec, study, target, space, ostudy, companions)
                     assert rec is not None  # no budget claim: always runs
                     done += 1
@@ -672,6 +701,7 @@ class StudyDriver:
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
         outcome = _with_slo(target, outcome, spec.slo)
+        self._check_leases()  # a driver that lost the study stores nothing more in it
         stored = self._record(spec, ostudy, otrial, rec, outcome, details)
         co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
         for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):

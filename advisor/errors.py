@@ -13,11 +13,15 @@ __all__ = [
     "DataError",
     "EngineStartError",
     "EngineUnavailableError",
+    "InputError",
     "JobError",
     "NotFoundError",
+    "NotReadyError",
     "SLOParseError",
     "SearchSpaceError",
+    "StoreConflictError",
     "StoreError",
+    "StudyBusyError",
     "StudyError",
     "TrialFailedError",
     "UnknownTargetError",
@@ -65,12 +69,28 @@ class TrialFailedError(AdvisorError):
     """A trial did not produce a measurement (crash, timeout, OOM, rejection)."""
 
 
+class InputError(AdvisorError):
+    """A value the user gave cannot be used as given (e.g. a label with a control character)."""
+
+
 class StoreError(AdvisorError):
     """The trial store could not be opened or written."""
 
 
+class StoreConflictError(StoreError):
+    """A write the store refused as a duplicate (a unique key another process wrote first)."""
+
+
+class NotReadyError(AdvisorError):
+    """The service is still starting (its models are being fitted); retry shortly."""
+
+
 class StudyError(AdvisorError):
     """A study cannot be created, resumed or run as asked."""
+
+
+class StudyBusyError(StudyError):
+    """Another driver holds the study's lease (knowledge/leases.py): it is being run now."""
 
 
 class NotFoundError(AdvisorError):

@@ -4,14 +4,23 @@ A crash, an OOM, a hang or a config the engine rejects becomes a failed :class:`
 its reason; the caller's process (and so the study) carries on. The child gets its own process
 group, which is killed as a whole on timeout, and dies with the parent (PR_SET_PDEATHSIG) so a
 SIGKILLed driver leaves no orphaned engine behind.
+
+The memory limit is on the *resident* memory of the trial's whole process tree (the child and the
+engine servers it starts), polled every :data:`MEMORY_POLL_S`: over it, the group is killed and
+the trial fails as ``oom`` with the figure. An address-space limit (``RLIMIT_AS``) would count
+virtual reservations instead — CUDA, vLLM and even ``import faiss`` reserve far more than they
+use — and fail imports with a misleading reason. Between two polls an allocation can overshoot;
+the kernel's OOM killer stays the last guard.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
-import resource
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,11 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from knowledge.jobs import pid_alive
 from objectives.measurement import Measurement
 from objectives.processes import die_with_parent, kill_process_group
 from objectives.workload import Workload
 
-__all__ = ["TrialOutcome", "run_isolated"]
+__all__ = ["MEMORY_POLL_S", "TrialOutcome", "remove_orphaned_scratch", "run_isolated",
+           "tree_rss_mb"]
 
 _LOG_TAIL_CHARS = 4000
 
@@ -50,13 +63,58 @@ class TrialOutcome:
         return self.status == "complete" and self.measurement is not None
 
 
-def _child_setup(memory_limit_mb: int | None) -> Callable[[], None]:
-    def setup() -> None:
-        die_with_parent()  # an engine must never outlive the driver that measures it
-        if memory_limit_mb is not None:
-            limit = memory_limit_mb * 2**20
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return setup
+#: How often the trial's resident memory is read when it has a limit.
+MEMORY_POLL_S = 0.2
+
+
+def _child_setup() -> None:
+    die_with_parent()  # an engine must never outlive the driver that measures it
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` and all its descendants, in MiB (0 when gone)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total / 2**20
+
+
+@dataclass(frozen=True)
+class _OverMemory:
+    """Why :func:`_wait` stopped the child: its tree's resident memory passed the limit."""
+
+    rss_mb: float
+    limit_mb: int
+
+
+#: A trial's scratch directory: ``advisor-trial-<driver pid>-<random>`` in the system temp dir.
+_SCRATCH_PREFIX = "advisor-trial-"
+_SCRATCH_RE = re.compile(rf"^{_SCRATCH_PREFIX}(\d+)-")
+
+
+def remove_orphaned_scratch(root: Path | None = None) -> int:
+    """Delete the scratch directories of trials whose driver died (a SIGKILL skips the
+    ``TemporaryDirectory`` cleanup): those named after a pid that no longer exists on this host.
+    Returns how many were removed. Cheap (one listing of the temp dir); run before each trial."""
+    root = Path(root or tempfile.gettempdir())
+    removed = 0
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        match = _SCRATCH_RE.match(entry.name)
+        if match is None or int(match[1]) == os.getpid() or pid_alive(int(match[1])):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed += not entry.exists()
+    return removed
 
 
 def _tail(path: Path) -> str:
@@ -91,7 +149,8 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
     """
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="advisor-trial-") as tmp:
+    remove_orphaned_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-") as tmp:
         tmpdir = Path(tmp)
         request, result, log = tmpdir / "request.json", tmpdir / "result.json", tmpdir / "log.txt"
         request.write_text(json.dumps({
@@ -103,17 +162,24 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
             proc = subprocess.Popen(
                 [sys.executable, "-m", "objectives.runner", str(request), str(result)],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_child_setup(memory_limit_mb), env=child_env,
+                start_new_session=True, preexec_fn=_child_setup, env=child_env,
             )
             try:
-                code = _wait(proc, start, timeout_s, on_tick, tick_s)
+                code = _wait(proc, start, timeout_s, on_tick, tick_s, memory_limit_mb)
             except BaseException:
                 kill_process_group(proc, grace_s=1.0)
                 raise
         elapsed = time.monotonic() - start
-        if code is None:
+        if code is None or isinstance(code, _OverMemory):
             kill_process_group(proc)
-        outcome = _read_outcome(result, log, code, elapsed, timeout_s)
+        if isinstance(code, _OverMemory):
+            outcome = TrialOutcome(
+                "failed", error_type="oom", duration_s=elapsed,
+                reason=f"out of memory: the trial's processes held {code.rss_mb:,.0f} MiB "
+                       f"resident, over its limit of {code.limit_mb:,} MiB, and were killed"
+                       f"\n--- log tail ---\n{_tail(log)}".rstrip())
+        else:
+            outcome = _read_outcome(result, log, code, elapsed, timeout_s)
     return _with_co_measured(outcome, len(co_workloads))
 
 
@@ -155,14 +221,22 @@ def _with_co_measured(outcome: TrialOutcome, n: int) -> TrialOutcome:
 
 
 def _wait(proc: subprocess.Popen[bytes], start: float, timeout_s: float,
-          on_tick: Callable[[], None] | None, tick_s: float) -> int | None:
-    """Wait for the child; None on timeout."""
+          on_tick: Callable[[], None] | None, tick_s: float,
+          memory_limit_mb: int | None = None) -> int | _OverMemory | None:
+    """Wait for the child: its exit code, None on timeout, or :class:`_OverMemory` when its
+    tree's resident memory passed ``memory_limit_mb``."""
+    poll_s = tick_s if memory_limit_mb is None else min(tick_s, MEMORY_POLL_S)
+    last_tick = time.monotonic()
     while True:
         remaining = timeout_s - (time.monotonic() - start)
         if remaining <= 0:
             return None
         try:
-            return proc.wait(timeout=min(tick_s, remaining))
+            return proc.wait(timeout=min(poll_s, remaining))
         except subprocess.TimeoutExpired:
-            if on_tick is not None:
-                on_tick()
+            pass
+        if memory_limit_mb is not None and (rss := tree_rss_mb(proc.pid)) > memory_limit_mb:
+            return _OverMemory(rss, memory_limit_mb)
+        if on_tick is not None and time.monotonic() - last_tick >= tick_s:
+            on_tick()
+            last_tick = time.monotonic()

@@ -24,6 +24,7 @@ from typing import Any
 
 from advisor.driver import SAMPLERS, StudyDriver, StudySpec, complete_enqueued
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, WorkloadError
+from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
@@ -39,8 +40,6 @@ __all__ = ["JobCancelled", "ValidatedStudy", "run_job", "validate_study_request"
 log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_STUDY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-MAX_TRIALS = 1000
 
 
 class JobCancelled(KeyboardInterrupt):
@@ -87,6 +86,7 @@ def _check_param(key: str, base: Any, value: Any) -> Any:
             raise WorkloadError(f"workload param {key!r} must be a boolean like the preset's")
         return value
     if isinstance(base, int | float):
+        check_numbers(value, f"workload param {key!r}")
         if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
             raise WorkloadError(f"workload param {key!r} must be a finite number >= 0")
         if isinstance(base, int) and not (isinstance(value, int) or float(value).is_integer()):
@@ -130,7 +130,9 @@ def _resolve_workload(target: Any, preset: str | None, params: Mapping[str, Any]
             raise WorkloadError(f"workload {wl.name!r} has no param {key!r}; its params: "
                                 f"{', '.join(sorted(wl.params))}")
         overrides[key] = _check_param(key, wl.params[key], value)
-    return wl.with_params(**overrides) if overrides else wl
+    wl = wl.with_params(**overrides) if overrides else wl
+    target.check_workload(wl)
+    return wl
 
 
 def default_study_name(target: str, wl: Workload, slo: str, objective: str) -> str:
@@ -149,7 +151,7 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     target_name = str(request["target"])
     target = get_target(target_name)
     reported = target.reported_metrics()
-    slo = parse_slo(request.get("slo") or target.default_slo)
+    slo = requested_slo(request.get("slo") or target.default_slo)
     slo.check_metrics(target_name, reported)
     objective = Objective.parse(request.get("objective") or target.default_objective)
     if objective.metric not in reported:
@@ -168,8 +170,8 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     if sampler not in SAMPLERS:
         raise StudyError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     name = request.get("name") or default_study_name(target_name, wl, str(slo), str(objective))
-    if not _STUDY_NAME_RE.match(name):
-        raise StudyError("a study name must be 1 to 200 letters, digits, '.', '_' or '-'")
+    if request.get("name"):
+        check_study_name(name)
     seed = request.get("seed")
     paired = request.get("paired_repeats")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,

@@ -35,7 +35,8 @@ def check_model(model: str) -> None:
 def resolve_workload(target: Target, workload: str | None,
                      overrides: Mapping[str, Any] | None = None) -> Workload:
     """``workload`` (a preset of ``target``, a file, or ``None`` for the target's default) with
-    ``overrides`` applied; raises :class:`WorkloadError` naming what is unknown."""
+    ``overrides`` applied and checked by the target (:meth:`Target.check_workload`); raises
+    :class:`WorkloadError` naming what is unknown or out of range."""
     presets = target.named_workloads()
     if workload is None:
         wl = target.default_workload()
@@ -46,4 +47,6 @@ def resolve_workload(target: Target, workload: str | None,
     else:
         raise WorkloadError(f"unknown workload {workload!r}: not a preset of {target.name} "
                             f"({', '.join(sorted(presets))}) and not a file")
-    return wl.with_params(**dict(overrides)) if overrides else wl
+    wl = wl.with_params(**dict(overrides)) if overrides else wl
+    target.check_workload(wl)
+    return wl

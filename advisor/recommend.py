@@ -31,6 +31,7 @@ from advisor.baseline import (
     paired_between,
 )
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
+from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
@@ -41,7 +42,7 @@ from knowledge.surrogate import (
     workload_distance,
     workload_features,
 )
-from objectives import SLO, parse_slo
+from objectives import SLO
 from objectives.llm.models import MODEL_SHAPES
 from objectives.registry import get_target
 from objectives.target import Target
@@ -162,6 +163,7 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     within 10 % of it, else to the nearest measured workload, named in ``borrowed_workload``.
     ``workload_hash`` restricts to one exact workload.
     """
+    check_workload_features(workload or {})
     engine = get_target(target)
     slo.check_metrics(target, engine.reported_metrics())
     asked = workload_features(dict(workload or {}))
@@ -296,6 +298,21 @@ class RecommendationQuery:
     model: str | None = None
     workload: dict[str, Any] = field(default_factory=dict)
     objective: str | None = None
+
+    def __post_init__(self) -> None:
+        for label, what in ((self.hardware, "the hardware"), (self.model, "the model")):
+            if label is not None:
+                check_label(label, what)
+        check_workload_features(self.workload)
+
+
+def check_workload_features(workload: Mapping[str, Any]) -> None:
+    """Workload features of a question are finite, non-negative numbers of sane size (the CLI's
+    flags and the API's ``workload`` both come here)."""
+    check_numbers(dict(workload), "workload")
+    for key, value in workload.items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise WorkloadError(f"workload feature {key!r} must be >= 0, got {value}")
 
 
 @dataclass(frozen=True)
@@ -571,8 +588,11 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
         args += ["--workload-param", f"n_base={int(features['n_vectors'])}"]
     if "dim" in features and features.get("dim") != 384:
         args += ["--workload-param", f"dim={int(features['dim'])}"]
+    for value in args:  # a newline would end the command (or the comment) and start another
+        check_label(value, "a value of the suggested command")
     command = shlex.join([*args, "--trials", "40"])
-    return f"{command}  # run on {hardware}" if hardware else command
+    return (f"{command}  # run on {check_label(hardware, 'the hardware')}" if hardware
+            else command)
 
 
 def _quality(ctx: ContextModels, metrics: list[str]) -> dict[str, dict[str, Any]]:
@@ -593,7 +613,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     bound of the SLO. Raises :class:`UnknownTargetError` / :class:`SLOParseError` for bad input.
     """
     engine = _engine(query.target)
-    slo = parse_slo(query.slo)
+    slo = requested_slo(query.slo)
     slo.check_metrics(query.target, engine.reported_metrics())
     objective = Objective.parse(query.objective or engine.default_objective)
     if objective.metric not in engine.reported_metrics():

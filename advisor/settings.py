@@ -44,8 +44,15 @@ class Settings(BaseSettings):
     trial_timeout_s: float = Field(default=300.0, gt=0,
                                    description="a trial running longer is killed and failed")
     trial_memory_limit_mb: int | None = Field(
-        default=None, gt=0, description="address-space limit of a trial's child process")
+        default=None, gt=0, description="resident-memory limit of a trial's process tree in MiB "
+                                        "(polled; over it the trial is killed as oom)")
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    study_lease_ttl_s: float = Field(
+        default=60.0, ge=2, le=3600,
+        description="a driver holds its study's lease (one driver per study) and renews it "
+                    "every quarter of this; another host may take the study over only after "
+                    "this long without a renewal (on the same host a dead holder frees it "
+                    "at once)")
     paired_repeats: int = Field(
         default=3, ge=0, le=50,
         description="after a study's search, measure its best config and the engine default "
@@ -74,6 +81,13 @@ class Settings(BaseSettings):
     api_refresh_interval_s: float = Field(
         default=2.0, ge=0, description="how often the service checks the store for new trials "
                                        "before refitting its models and cheat-sheet")
+    api_rate_limit_rps: float | None = Field(
+        default=None, gt=0, le=1e6,
+        description="per-client rate limit of the service (token bucket per client address; "
+                    "probes exempt; 429 with Retry-After when exceeded); unset: no limit")
+    api_rate_limit_burst: int = Field(default=20, ge=1, le=100_000,
+                                      description="requests a client may send at once before "
+                                                  "the rate limit applies")
     worker_poll_interval_s: float = Field(default=1.0, gt=0,
                                           description="how often the worker looks for jobs")
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from advisor import __version__
 from advisor.errors import AdvisorError
-from advisor.settings import Settings
+from advisor.settings import Settings, default_db_url
+from api.deps import require_read, require_write
 from api.errors import install_error_handlers
 from api.knowledge import Knowledge
 from api.metrics import ApiMetrics
 from api.middleware import LimitsAndMetrics
+from api.ratelimit import TokenBuckets
 from api.routes import (
     COMMON_ERRORS,
     cheatsheet,
@@ -56,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app: FastAPI = FastAPIOffline(title="slo-advisor", version=__version__,
                                   description=_DESCRIPTION, responses=COMMON_ERRORS,
                                   static_url=DOCS_ASSETS_URL)
-    store = TrialStore(settings.db_url)
+    store = TrialStore(settings.db_url, create_dir=settings.db_url == default_db_url())
     app.state.settings = settings
     app.state.store = store
     app.state.jobs = JobStore(store)
@@ -66,7 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                     refresh_interval_s=settings.api_refresh_interval_s)
     app.state.metrics = ApiMetrics(store)
     install_error_handlers(app)
-    for module in (health, recommendations, cheatsheet, studies, jobs, trials, targets):
+    routers = (health, recommendations, cheatsheet, studies, jobs, trials, targets)
+    for module in routers:
         app.include_router(module.router)
     if settings.api_cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.api_cors_origins,
@@ -74,6 +80,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["Authorization", "X-API-Key", "Content-Type"])
     # Outermost: the size limit applies before anything reads the body, and metrics see every
     # answer, refusals included.
+    limit = (TokenBuckets(settings.api_rate_limit_rps, settings.api_rate_limit_burst)
+             if settings.api_rate_limit_rps else None)
     app.add_middleware(LimitsAndMetrics, max_body_bytes=settings.api_max_body_bytes,
-                       metrics=app.state.metrics)
+                       metrics=app.state.metrics, rate_limit=limit)
+    if not settings.api_read_requires_key:
+        _mark_reads_open(app, [r for m in routers for r in m.router.routes])
     return app
+
+
+def _mark_reads_open(app: FastAPI, routes: list[Any]) -> None:
+    """In the OpenAPI schema, read endpoints take the key but do not need it (``security``
+    lists the empty requirement first): FastAPI marks every operation with a security
+    dependency as secured, and clients generated from the schema would then demand a key."""
+    original = app.openapi
+
+    def needs(dependant: Any, check: Any) -> bool:
+        return any(d.call is check or needs(d, check) for d in dependant.dependencies)
+
+    def reads(dependant: Any) -> bool:
+        return needs(dependant, require_read) and not needs(dependant, require_write)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = original()
+        for route in routes:
+            if not isinstance(route, APIRoute) or not reads(route.dependant):
+                continue
+            for method in route.methods or ():
+                operation = schema.get("paths", {}).get(route.path_format, {}).get(method.lower())
+                if operation is not None and operation.get("security"):
+                    operation["security"] = [{}, *operation["security"]]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 _STATUS: tuple[tuple[type[e.AdvisorError], int], ...] = (
     (e.NotFoundError, 404),
     (e.JobError, 409),
+    (e.StoreConflictError, 409),
     (e.StoreError, 503),
+    (e.NotReadyError, 503),
     (e.EngineUnavailableError, 409),
     (e.UnknownTargetError, 422),
     (e.SLOParseError, 422),
@@ -81,7 +83,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(e.AdvisorError)
     async def _advisor_error(request: Request, exc: e.AdvisorError) -> JSONResponse:
-        return error_response(status_for(exc), _snake(type(exc).__name__), str(exc))
+        retry = {"Retry-After": "5"} if isinstance(exc, e.NotReadyError) else None
+        return error_response(status_for(exc), _snake(type(exc).__name__), str(exc),
+                              headers=retry)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

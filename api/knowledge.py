@@ -26,6 +26,7 @@ from advisor.cheatsheet import CheatSheet, build_cheatsheet, knob_value
 from advisor.errors import (
     AdvisorError,
     NotFoundError,
+    NotReadyError,
     SLOParseError,
     UnknownTargetError,
     WorkloadError,
@@ -55,19 +56,51 @@ class Knowledge:
         self._checked_at = float("-inf")
         self._models: KnowledgeModels | None = None
         self._refit: threading.Thread | None = None
+        self._warming: threading.Thread | None = None
+        self._warming_since = 0.0
+        self._warm_error: AdvisorError | None = None
         self._sheets: OrderedDict[tuple[Any, ...], CheatSheet] = OrderedDict()
         self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
 
     # cache -----------------------------------------------------------------------------------
 
+    def warm_up(self, on_ready: Callable[[KnowledgeModels], None] | None = None) -> None:
+        """Fit (or load) the models in a background thread, so the service answers its probes
+        at once; until they are ready, answers that need them raise :class:`NotReadyError`
+        (503 with ``Retry-After``) instead of blocking. ``on_ready`` is called with them."""
+        def fit() -> None:
+            try:
+                models = self._cache.get()
+            except AdvisorError as exc:  # answered on the next request, which fits inline
+                self._warm_error = exc
+                log.warning("fitting the knowledge models failed: %s", exc)
+                return
+            self._install(models)
+            if on_ready is not None:
+                on_ready(models)
+
+        self._warming_since = time.monotonic()
+        self._warming = threading.Thread(target=fit, name="knowledge-warm-up", daemon=True)
+        self._warming.start()
+
+    @property
+    def warming(self) -> bool:
+        """Whether the first fit is still running in the background (:meth:`warm_up`)."""
+        return self._models is None and self._warming is not None and self._warming.is_alive()
+
     def models(self) -> KnowledgeModels:
-        """The current fitted models. The first call fits (or loads) them. Later calls check the
+        """The current fitted models. The first call fits (or loads) them — or, while
+        :meth:`warm_up` is fitting them, raises :class:`NotReadyError`. Later calls check the
         store for new trials at most every ``refresh_interval_s`` (one aggregate query); when it
         changed, a background thread refits while the current models keep answering, then the
         new models replace them and every cached sheet and answer is dropped."""
         models = self._models
         if models is not None and time.monotonic() - self._checked_at < self.refresh_interval_s:
             return models
+        if self.warming:
+            raise NotReadyError(
+                "the knowledge models are being fitted (started "
+                f"{time.monotonic() - self._warming_since:.0f} s ago); retry shortly")
         with self._lock:
             if self._models is None:
                 self._install(self._cache.get())

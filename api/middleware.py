@@ -10,16 +10,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import ApiError, error_response
 from api.metrics import ApiMetrics
+from api.ratelimit import TokenBuckets
 
 __all__ = ["LimitsAndMetrics"]
 
 
+_PROBES = frozenset({"/healthz", "/readyz"})
+
+
 class LimitsAndMetrics:
     """Refuses bodies over ``max_body_bytes`` with 413 (by Content-Length up front, by counting
-    otherwise) and records every HTTP request in ``metrics``."""
+    otherwise), a client over its ``rate_limit`` (api/ratelimit.py, when given) with 429, and
+    records every HTTP request in ``metrics``."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: ApiMetrics) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: ApiMetrics,
+                 rate_limit: TokenBuckets | None = None) -> None:
         self.app, self.max_body_bytes, self.metrics = app, max_body_bytes, metrics
+        self.rate_limit = rate_limit
 
     def _too_large(self) -> ApiError:
         return ApiError(413, "request_too_large",
@@ -38,6 +45,16 @@ class LimitsAndMetrics:
             await send(message)
 
         try:
+            if self.rate_limit is not None and scope["path"] not in _PROBES:
+                client = (scope.get("client") or ("?", 0))[0]
+                wait = self.rate_limit.take(str(client))
+                if wait > 0:
+                    retry = TokenBuckets.retry_after(wait)
+                    await error_response(
+                        429, "too_many_requests", f"rate limit: {self.rate_limit.rate:g} "
+                        f"requests/s per client; retry in {retry} s",
+                        headers={"Retry-After": retry})(scope, receive, send_wrapper)
+                    return
             length = _content_length(scope)
             if length is not None and length > self.max_body_bytes:
                 exc = self._too_large()

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor.errors import InputError
+from advisor.inputs import LABEL_PATTERN, MAX_TRIALS, STUDY_NAME_PATTERN, check_numbers
 from advisor.settings import check_paired_repeats
 
 __all__ = [
@@ -27,6 +29,15 @@ __all__ = [
 T = TypeVar("T")
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def _bounded(value: Any, where: str) -> Any:
+    """A free-form mapping's numbers are finite and at most 2**53 in size (advisor/inputs.py),
+    as a validation error (422) rather than an overflow deep inside a target (500)."""
+    try:
+        return check_numbers(value, where)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class ErrorBody(BaseModel):
@@ -76,13 +87,19 @@ class RecommendationCreate(BaseModel):
     objective: str | None = Field(default=None, max_length=80,
                                   description="`maximize:METRIC` or `minimize:METRIC`; default "
                                               "the target's")
-    hardware: str | None = Field(default=None, max_length=200,
+    hardware: str | None = Field(default=None, max_length=200, pattern=LABEL_PATTERN,
                                  description="hardware key or part of it (`h200`, `cpu`); "
                                              "default any")
-    model: str | None = Field(default=None, max_length=200, description="LLM model shape")
+    model: str | None = Field(default=None, max_length=200, pattern=LABEL_PATTERN,
+                              description="LLM model shape")
     workload: dict[str, Any] = Field(default_factory=dict, max_length=32,
                                      description="workload class and parameters, e.g. "
                                                  '`{"class": "chat", "rate_rps": 8}`')
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_numbers(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _bounded(value, "workload")
 
 
 class RecommendationPublic(BaseModel):
@@ -143,6 +160,11 @@ class WorkloadChoice(BaseModel):
                                    description="override values the preset already has, same "
                                                "type; strings must be plain names")
 
+    @field_validator("params")
+    @classmethod
+    def _param_numbers(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _bounded(value, "workload.params")
+
 
 class StudyCreate(BaseModel):
     """A tuning study to run in the background. Every field is checked against what is
@@ -167,7 +189,7 @@ class StudyCreate(BaseModel):
         description="configs measured right after the engine default, as `advisor tune "
                     "--enqueue` takes them: knob mappings, completed with the engine defaults "
                     "and checked against the search space")
-    trials: int = Field(default=30, ge=1, le=1000)
+    trials: int = Field(default=30, ge=1, le=MAX_TRIALS)
     sampler: Literal["tpe", "gp", "random"] = "tpe"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     include_default: bool = Field(default=True, description="measure the engine default first")
@@ -177,7 +199,7 @@ class StudyCreate(BaseModel):
                     "many times each, interleaved, and store their paired comparison with the "
                     "study (0: off, else at least 3; default: the server's "
                     "`ADVISOR_PAIRED_REPEATS`, 3)")
-    name: str | None = Field(default=None, max_length=200, pattern=_NAME,
+    name: str | None = Field(default=None, max_length=200, pattern=STUDY_NAME_PATTERN,
                              description="study name; default derived like `advisor tune`")
     resume: bool = Field(default=False, description="continue the study if it exists")
 
@@ -185,6 +207,11 @@ class StudyCreate(BaseModel):
     @classmethod
     def _paired_repeats(cls, value: int | None) -> int | None:
         return None if value is None else check_paired_repeats(value)
+
+    @field_validator("fixed", "enqueue")
+    @classmethod
+    def _config_numbers(cls, value: Any, info: Any) -> Any:
+        return _bounded(value, str(info.field_name))
 
 
 class JobProgress(BaseModel):

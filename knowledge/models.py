@@ -14,9 +14,9 @@ from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-__all__ = ["ImportRecord", "JobRecord", "JobStatus", "SLOMarginRecord", "StudyRecord",
-           "StudyStatus", "SweepRunRecord", "SweepRunStatus", "TrialRecord", "TrialStatus",
-           "utcnow"]
+__all__ = ["ImportRecord", "JobRecord", "JobStatus", "SLOMarginRecord", "StudyLeaseRecord",
+           "StudyRecord", "StudyStatus", "SweepRunRecord", "SweepRunStatus", "TrialRecord",
+           "TrialStatus", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -95,6 +95,23 @@ class StudyRecord(SQLModel, table=True):
                                             sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class StudyLeaseRecord(SQLModel, table=True):
+    """Which driver runs a study now (knowledge/leases.py): one row per study name while a driver
+    holds it. Keyed by name, not id, so the lease is taken before the study is created."""
+
+    __tablename__ = "advisor_study_lease"
+
+    study_name: str = Field(primary_key=True, max_length=200)
+    #: A token of the holding driver (unique per lease taken), so a renewal or release by a
+    #: driver that lost the lease changes nothing.
+    owner: str = Field(max_length=64)
+    host: str = Field(max_length=255)
+    pid: int
+    acquired_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    renewed_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    expires_at: datetime = Field(sa_type=UTCDateTime)
 
 
 class TrialRecord(SQLModel, table=True):

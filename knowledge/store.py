@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -18,10 +19,10 @@ from typing import Any
 
 from sqlalchemy import event, func, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
 
-from advisor.errors import StoreError
+from advisor.errors import StoreConflictError, StoreError
 from knowledge.models import (
     SLOMarginRecord,
     StudyRecord,
@@ -35,13 +36,18 @@ from knowledge.models import (
 __all__ = ["TrialFilter", "TrialStore", "make_engine"]
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets its directory created, WAL mode and a busy timeout so the
-    driver and Optuna's storage can share the file."""
+def make_engine(url: str, *, create_dir: bool = False) -> Engine:
+    """An engine for ``url``; SQLite gets WAL mode and a busy timeout so the driver and Optuna's
+    storage can share the file. A SQLite file's directory must exist — a typo in a URL must not
+    silently create a tree of directories — unless ``create_dir`` (the default store's own
+    location, which a fresh machine does not have yet)."""
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
+        if path and path != ":memory:" and not Path(path).parent.is_dir():
+            if not create_dir:
+                raise StoreError(f"cannot open trial store {_redact(url)}: the directory "
+                                 f"{Path(path).parent} does not exist; create it first")
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
     try:
@@ -89,19 +95,42 @@ class TrialFilter:
 class TrialStore:
     """Reads and writes studies and trials. Safe to share between threads; one per process."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create_dir: bool = False) -> None:
         self.url = url
-        self.engine = make_engine(url)
-        try:
-            SQLModel.metadata.create_all(self.engine)
-        except OperationalError as exc:
-            raise StoreError(f"cannot reach trial store {_redact(url)}: {exc.orig}") from None
+        self.engine = make_engine(url, create_dir=create_dir)
+        self._create_tables()
+
+    def _create_tables(self) -> None:
+        """Create the tables that are missing. Two processes opening a fresh store at once can
+        both find a table missing; the loser's CREATE fails (PostgreSQL: on the catalog's
+        unique index; SQLite: "already exists" or "locked"), and a later pass finds it there."""
+        attempts = 5
+        for attempt in range(attempts):
+            try:
+                SQLModel.metadata.create_all(self.engine)
+                return
+            except (IntegrityError, ProgrammingError, OperationalError) as exc:
+                # SQLite says "table ... already exists", or "database is locked" while the
+                # other process switches the new file to WAL (OperationalError); PostgreSQL
+                # breaks the catalog's unique index (IntegrityError / ProgrammingError).
+                lost_race = not isinstance(exc, OperationalError) or any(
+                    why in str(exc) for why in ("already exists", "database is locked"))
+                if not lost_race:
+                    raise StoreError(f"cannot reach trial store {_redact(self.url)}: "
+                                     f"{exc.orig}") from None
+                if attempt == attempts - 1:
+                    raise StoreError(f"cannot create the tables of trial store "
+                                     f"{_redact(self.url)}: {exc.orig}") from None
+                time.sleep(0.2 * (attempt + 1))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as session:
             try:
                 yield session
+            except IntegrityError as exc:
+                session.rollback()
+                raise StoreConflictError(f"trial store conflict: {exc.orig}") from exc
             except SQLAlchemyError as exc:
                 session.rollback()
                 raise StoreError(f"trial store error: {exc}") from exc

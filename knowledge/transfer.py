@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from sqlmodel import Session, select
 
-from advisor.errors import StoreError
+from advisor.errors import StoreConflictError, StoreError
 from knowledge.models import (
     ImportRecord,
     SLOMarginRecord,
@@ -94,16 +94,23 @@ def _parse(lines: Iterable[str], source: str) -> Iterator[dict[str, Any]]:
         yield row
 
 
-def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<stdin>"
-                 ) -> ImportSummary:
+def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<stdin>",
+                 record: ImportRecord | None = None) -> ImportSummary:
     """Import trials (and their studies) from JSONL lines, skipping those already present.
 
     Validates every line before writing any, and writes in one transaction: a bad file imports
-    nothing.
+    nothing. ``record`` (the file's :class:`ImportRecord`) is written first in that transaction,
+    so of two processes importing the same content at once the second waits for the first and
+    then fails on the record's unique digest (:func:`import_file` turns that into "already
+    imported") instead of on a half-imported study.
     """
     rows = list(_parse(lines, source))
     created = imported = skipped = invalid = 0
     with store.session() as s:
+        if record is not None:
+            s.add(record)
+            s.flush()  # the first write: it takes the database's write lock (SQLite) or the
+            # digest's unique-index entry (PostgreSQL) before anything is read
         for row in rows:
             study = _get_or_create_study(s, row["study"], source)
             if study.id is None:
@@ -137,6 +144,9 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
             for m in row.get("margins", []):
                 s.add(SLOMarginRecord(trial_id=trial.id or 0, **m))
             imported += 1
+        if record is not None:
+            record.studies, record.trials = created, imported
+            s.add(record)
         s.commit()
     return ImportSummary(created, imported, skipped, invalid)
 
@@ -160,18 +170,28 @@ def _get_or_create_study(s: Session, data: dict[str, Any], source: str) -> Study
 
 
 def import_file(store: TrialStore, path: Path) -> ImportSummary | None:
-    """Import ``path`` unless a file with the same content was imported before (None then)."""
+    """Import ``path`` unless a file with the same content was imported before (None then).
+
+    Safe when several processes open a fresh store at once (each CLI command imports the shipped
+    knowledge): the file's trials and its import record are one transaction, and the process
+    that finds the record written by another in the meantime returns None.
+    """
     text = path.read_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
-    with store.session() as s:
-        if s.exec(select(ImportRecord).where(ImportRecord.sha256 == digest)).first():
+    if _imported(store, digest):
+        return None
+    try:
+        return import_jsonl(store, text.splitlines(), source=path.name,
+                            record=ImportRecord(source=path.name, sha256=digest))
+    except StoreConflictError:
+        if _imported(store, digest):  # another process imported the same content just now
             return None
-    summary = import_jsonl(store, text.splitlines(), source=path.name)
+        raise
+
+
+def _imported(store: TrialStore, digest: str) -> bool:
     with store.session() as s:
-        s.add(ImportRecord(source=path.name, sha256=digest, studies=summary.studies_created,
-                           trials=summary.trials_imported))
-        s.commit()
-    return summary
+        return s.exec(select(ImportRecord).where(ImportRecord.sha256 == digest)).first() is not None
 
 
 def import_shipped_knowledge(store: TrialStore, directory: Path = SHIPPED_DIR

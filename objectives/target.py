@@ -79,6 +79,14 @@ class Target(ABC):
         default = self.default_workload()
         return {default.name: default}
 
+    def check_workload(self, workload: Workload) -> None:
+        """Raise ``WorkloadError`` naming the field when ``workload`` cannot be run, without
+        building anything (no dataset, no model): every front door calls it before a study is
+        created or queued, so an absurd request (a 40 PB dataset, a 400-digit count) is a 4xx /
+        exit 2 at once, not a failed job later. The default checks nothing; ``prepare`` must
+        accept whatever this accepts."""
+        return None
+
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:
         """Build whatever every trial needs (datasets, embeddings, ground truth) once, in the

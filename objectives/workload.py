@@ -67,9 +67,13 @@ class Workload:
     def from_file(cls, path: Path) -> Workload:
         """Load a workload from a YAML or JSON file."""
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise WorkloadError(f"workload file {path} is not UTF-8 text (byte {exc.start}: "
+                                f"{exc.reason})") from None
         except (OSError, yaml.YAMLError) as exc:
-            raise WorkloadError(f"cannot read workload file {path}: {exc}") from None
+            why = " ".join(str(exc).split())  # YAML's messages span lines; errors are one line
+            raise WorkloadError(f"cannot read workload file {path}: {why}") from None
         if not isinstance(data, Mapping):
             raise WorkloadError(f"workload file {path} must hold a mapping")
         return cls.from_spec(data)

@@ -84,14 +84,17 @@ class Knob:
             return None if isinstance(value, bool) else "must be true or false"
         if isinstance(value, bool) or not isinstance(value, int | float):
             return f"must be a number, got {value!r}"
-        if self.type == "int" and not float(value).is_integer():
-            return f"must be an integer, got {value!r}"
         if isinstance(value, float) and not math.isfinite(value):
             return "must be finite"
+        # Integers compare exactly, however long: no float() before the range check.
+        if self.type == "int" and isinstance(value, float) and not value.is_integer():
+            return f"must be an integer, got {value!r}"
         low, high = self.bounds(config)
         if not low <= value <= high:
             capped = f" (capped by {self.high_from})" if high != self.high else ""
-            return f"must be in [{low:g}, {high:g}]{capped}, got {value!r}"
+            shown = (repr(value) if abs(value) < 10**15
+                     else f"a {len(str(int(abs(value))))}-digit number")
+            return f"must be in [{low:g}, {high:g}]{capped}, got {shown}"
         return None
 
     def grid(self, config: Mapping[str, Any], points: int = 5) -> list[Any]:

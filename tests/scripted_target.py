@@ -85,6 +85,10 @@ class ScriptedTarget(Target):
             raise ConfigRejectedError(f"x={x} is below the engine's minimum {REJECT_X}")
         if os.environ.get("SCRIPTED_ALLOCATE_MB"):
             blob = bytearray(int(os.environ["SCRIPTED_ALLOCATE_MB"]) * 2**20)
+            for page in range(0, len(blob), 4096):  # touch every page: resident, not reserved
+                blob[page] = 1
+                if page % 2**26 == 0:
+                    time.sleep(0.01)  # ~64 MiB at a time, as a growing engine would
             del blob
         if workload.params.get("fail"):  # a workload this "engine" cannot run
             raise WorkloadError(f"scripted failure of workload {workload.name!r}")

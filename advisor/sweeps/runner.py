@@ -235,7 +235,16 @@ class SweepRunner:
 
     def _run_cell(self, run: SweepRunRecord, cell: CellSpec, prev: Mapping[str, Any] | None,
                   models: Mapping[str, KnowledgeModels | None]) -> CellResult:
+        """Create or recover the cell's study, run it on the backend and repeat its best, all
+        under the study's lease: the backend's workers join the study, a second sweep on the
+        same run is refused rather than recovering this one's live trials."""
         name = cell.study_name(run.name)
+        with self.driver.lease(name):
+            return self._run_leased_cell(run, cell, name, prev, models)
+
+    def _run_leased_cell(self, run: SweepRunRecord, cell: CellSpec, name: str,
+                         prev: Mapping[str, Any] | None,
+                         models: Mapping[str, KnowledgeModels | None]) -> CellResult:
         study = self.store.get_study(name)
         prev_best = ((prev or {}).get("best") or {}).get("config")
         if study is None:

@@ -19,9 +19,10 @@ import yaml
 
 from advisor.driver import SAMPLERS
 from advisor.errors import AdvisorError
+from advisor.inputs import requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
-from objectives import SLO, Workload, parse_slo
+from objectives import SLO, Workload
 from objectives.registry import get_target
 from objectives.workload import canonical_json
 
@@ -206,7 +207,7 @@ def _expand(entry: Any, where: str, default_trials: int) -> list[CellSpec]:
             raise SweepFileError(f"{where}: SLO tier name {tier!r} must be letters, digits, '.', "
                                  "'_' or '-'")
         try:
-            slo = parse_slo(str(text))
+            slo = requested_slo(str(text))
             slo.check_metrics(target_name, reported)
         except AdvisorError as exc:
             raise SweepFileError(f"{where}: SLO tier {tier!r}: {exc}") from None

@@ -21,15 +21,21 @@ async def healthz() -> dict[str, Any]:
     return {"status": "ok", "version": __version__}
 
 
-@router.get("/readyz", responses={503: {"description": "the trial store does not answer"}})
-def readyz(store: StoreDep, response: Response) -> dict[str, Any]:
-    """Readiness: the trial store answers a query."""
+@router.get("/readyz", responses={503: {"description": "the trial store does not answer, or "
+                                                     "the models are still being fitted"}})
+def readyz(store: StoreDep, request: Request, response: Response) -> dict[str, Any]:
+    """Readiness: the trial store answers a query and the knowledge models are fitted (a fresh
+    `advisor serve` fits them in the background; `/healthz` answers meanwhile)."""
     try:
         with store.session() as s:
             s.exec(text("SELECT 1"))  # type: ignore[call-overload]
     except StoreError as exc:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
         return {"status": "unavailable", "reason": str(exc)}
+    if request.app.state.knowledge.warming:
+        response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        response.headers["Retry-After"] = "5"
+        return {"status": "starting", "reason": "the knowledge models are being fitted"}
     return {"status": "ready"}
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from advisor.objective import Objective
 from api.deps import JobsDep, ReadAccess, StoreDep, WriteAccess
+from api.redact import redact_paths
 from api.schemas import ErrorPublic, JobProgress, JobPublic, Page
 from knowledge import TrialStatus, TrialStore
 from knowledge.models import JobRecord
@@ -44,7 +45,8 @@ def job_public(job: JobRecord, store: TrialStore) -> JobPublic:
     return JobPublic(
         id=job.uid, status=job.status, study_name=job.study_name,  # type: ignore[arg-type]
         study_id=study_id, target=job.target, request=job.request,
-        cancel_requested=job.cancel_requested, error=job.error, created_at=job.created_at,
+        cancel_requested=job.cancel_requested, error=redact_paths(job.error),
+        created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, progress=progress)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from api.deps import ReadAccess, StoreDep
+from api.redact import redact_paths
 from api.schemas import Page, TrialPublic
 from knowledge import TrialFilter, TrialRecord
 from knowledge.queries import page_trials
@@ -18,11 +19,14 @@ _Name = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 def trial_public(t: TrialRecord) -> TrialPublic:
+    """The public view of a trial: the host's absolute paths (log tails, local model
+    directories) shortened to their last part (api/redact.py)."""
     return TrialPublic(
         id=t.id or 0, study_id=t.study_id, number=t.number, target=t.target, status=t.status,
         validity=validity_of(t.details), config=t.config, metrics=t.metrics, feasible=t.feasible,
-        objective_value=t.objective_value, error_type=t.error_type, error=t.error,
-        workload=t.workload_spec, workload_hash=t.workload_hash, hardware_key=t.hardware_key,
+        objective_value=t.objective_value, error_type=t.error_type, error=redact_paths(t.error),
+        workload=redact_paths(t.workload_spec), workload_hash=t.workload_hash,
+        hardware_key=t.hardware_key,
         engine_versions=t.engine_versions, started_at=t.started_at, finished_at=t.finished_at,
         duration_s=t.duration_s)
 

@@ -83,13 +83,41 @@ class VectorDataset:
         return bool(self.provenance.get("synthetic", False))
 
 
+#: The most each integer parameter may be: far above any dataset worth building here, low
+#: enough that no product of them overflows (the memory estimate below bounds their product).
+_INT_LIMITS = {"n_base": 10**9, "n_queries": 10**7, "k": 100, "seed": 2**32 - 1,
+               "dim": 65_536, "n_clusters": 10**7}
+#: A dataset's vectors may take at most this share of the machine's memory.
+_MEMORY_SHARE = 0.5
+
+
 def _int_param(params: Mapping[str, Any], name: str, low: int) -> int:
     value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise WorkloadError(f"workload parameter {name!r} must be an integer, got {value!r}")
-    if value < low:
-        raise WorkloadError(f"workload parameter `{name} >= {low}` must hold, got {name}={value}")
+    if isinstance(value, float) and not value.is_integer():
+        raise WorkloadError(f"workload parameter {name!r} must be an integer, got {value!r}")
+    high = _INT_LIMITS[name]
+    if not low <= value <= high:
+        shown = value if abs(value) < 10**15 else f"a {len(str(int(abs(value))))}-digit number"
+        raise WorkloadError(f"workload parameter `{low} <= {name} <= {high}` must hold, got "
+                            f"{name}={shown}")
     return int(value)
+
+
+def _check_memory(clean: Mapping[str, Any]) -> None:
+    """Refuse a dataset whose float32 vectors alone would not fit in half this machine's memory
+    (the index and the ground truth come on top)."""
+    import psutil
+
+    dim = clean.get("dim", 384)
+    need = (clean["n_base"] + clean["n_queries"]) * dim * 4
+    have = psutil.virtual_memory().total
+    if need > _MEMORY_SHARE * have:
+        raise WorkloadError(
+            f"the dataset's vectors need {need / 2**30:,.1f} GiB ((n_base + n_queries) x dim x "
+            f"4 bytes), more than half of this machine's {have / 2**30:,.1f} GiB; lower n_base "
+            "or dim")
 
 
 def dataset_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,6 +146,7 @@ def dataset_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if dataset == "synthetic":
         clean["dim"] = _int_param(merged, "dim", 1)
         clean["n_clusters"] = _int_param(merged, "n_clusters", 1)
+    _check_memory(clean)
     return clean
 
 

@@ -431,13 +431,21 @@ class ServingWorkload:
     warmup: list[RequestSpec]
 
     @classmethod
-    def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
-             target_keys: Iterable[str] = ()) -> ServingWorkload:
+    def check(cls, params: Mapping[str, Any], *, target_keys: Iterable[str] = ()
+              ) -> tuple[LLMWorkloadSpec, dict[str, Any]]:
+        """Validate ``params`` without resolving the model or generating requests: the workload
+        spec and the target's own params."""
         keys = set(target_keys)
         target_params = {k: v for k, v in params.items() if k in keys}
         client_processes_param(target_params)  # a bad value fails the study, not each trial
         client_processes_max_param(target_params)
-        spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys})
+        return (LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k not in keys}),
+                target_params)
+
+    @classmethod
+    def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
+             target_keys: Iterable[str] = ()) -> ServingWorkload:
+        spec, target_params = cls.check(params, target_keys=target_keys)
         model = resolve_model(spec.model, cache_dir)
         return cls(spec, target_params, model,
                    generate_requests(spec, model.vocab_size),

@@ -191,6 +191,10 @@ class ServingTarget(GoodputFromSLO, Target):
     def named_workloads(self) -> dict[str, Workload]:
         return {name: load_preset(name) for name in PRESETS}
 
+    def check_workload(self, workload: Workload) -> None:
+        self._check_kind(workload)
+        ServingWorkload.check(workload.params, target_keys=self.target_params)
+
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:
         self._check_kind(workload)

@@ -116,21 +116,36 @@ def _check_keys(data: Mapping[str, Any], allowed: frozenset[str], field: str) ->
                             f"allowed: {', '.join(sorted(allowed))}")
 
 
-def _int(value: Any, field: str, *, minimum: int) -> int:
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or value != int(value)):
+#: The largest integer or number any workload field may hold: far beyond a real workload (a
+#: billion requests, tokens or seconds), and small enough that no arithmetic on it overflows.
+MAX_VALUE = 10**9
+
+
+def _shown(value: int | float) -> str:
+    """A number for an error message: a 400-digit integer is not printed whole."""
+    return repr(value) if abs(value) < 10**15 else f"a {len(str(int(abs(value))))}-digit number"
+
+
+def _int(value: Any, field: str, *, minimum: int, maximum: int = MAX_VALUE) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not value.is_integer()):
         raise WorkloadError(f"`{field}` must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise WorkloadError(f"`{field} >= {minimum}` must hold, but got {field}={value!r}")
+    if not minimum <= value <= maximum:
+        raise WorkloadError(f"`{minimum} <= {field} <= {maximum}` must hold, but got "
+                            f"{field}={_shown(value)}")
     return int(value)
 
 
-def _positive(value: Any, field: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+def _positive(value: Any, field: str, *, allow_zero: bool = False,
+              maximum: float = MAX_VALUE) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
         raise WorkloadError(f"`{field}` must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         op = ">=" if allow_zero else ">"
-        raise WorkloadError(f"`{field} {op} 0` must hold, but got {field}={value!r}")
+        raise WorkloadError(f"`{field} {op} 0` must hold, but got {field}={_shown(value)}")
+    if value > maximum:
+        raise WorkloadError(f"`{field} <= {maximum:g}` must hold, but got {field}={_shown(value)}")
     return float(value)
 
 
@@ -380,7 +395,7 @@ class LLMWorkloadSpec:
         model = params.get("model", "tiny-llama")
         if not isinstance(model, str) or not model:
             raise WorkloadError(f"`model` must be a shape name or a model path, got {model!r}")
-        seed = _int(params.get("seed", 0), "seed", minimum=0)
+        seed = _int(params.get("seed", 0), "seed", minimum=0, maximum=2**32 - 1)
         arrival = ArrivalSpec.from_params(_required(params, "arrival", "params"))
         shared = (None if params.get("shared_prefix") is None
                   else SharedPrefixSpec.from_params(params["shared_prefix"]))

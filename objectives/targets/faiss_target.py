@@ -26,6 +26,7 @@ from objectives.datasets.vectors import (
     RECALL_CUTOFFS,
     VectorDataset,
     build_or_load_dataset,
+    dataset_params,
     load_dataset,
 )
 from objectives.measurement import Measurement
@@ -149,6 +150,10 @@ class FaissTarget(Target):
                 "seed": 0, "dim": 384, "n_clusters": 1024,
             }),
         }
+
+    def check_workload(self, workload: Workload) -> None:
+        _check_kind(workload)
+        dataset_params(workload.params)  # ranges, and the vectors against this machine's memory
 
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:

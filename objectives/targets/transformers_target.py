@@ -265,6 +265,10 @@ class TransformersTarget(GoodputFromSLO, Target):
             presets = {name: scaled[f"{name}-cpu"] for name in presets}
         return {**presets, **scaled}
 
+    def check_workload(self, workload: Workload) -> None:
+        _check_kind(workload)
+        ServingWorkload.check(workload.params, target_keys=TARGET_PARAMS)
+
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:
         _check_kind(workload)

@@ -104,3 +104,16 @@ def test_reads_can_require_the_key(tmp_path: Path) -> None:
                                                       "slo": "qps>=1"}), 401, "unauthorized")
     assert c.get("/healthz").status_code == 200  # probes stay open
     assert c.get("/readyz").status_code == 200
+
+
+def test_the_openapi_schema_marks_open_reads_as_open_and_writes_as_keyed(
+        keyed_settings: object) -> None:
+    from api import create_app
+
+    schema = create_app(keyed_settings).openapi()  # type: ignore[arg-type]
+    ops = {(m.upper(), path): op for path, methods in schema["paths"].items()
+           for m, op in methods.items()}
+    assert {} in ops[("GET", "/v1/trials")]["security"]  # the key is optional for reads
+    assert {} in ops[("POST", "/v1/recommendations")]["security"]
+    assert {} not in ops[("POST", "/v1/studies")]["security"]
+    assert {} not in ops[("POST", "/v1/jobs/{job_id}/cancel")]["security"]

@@ -106,3 +106,27 @@ def test_openapi_is_served_with_examples(client: TestClient, path: str) -> None:
         create = spec["components"]["schemas"]["StudyCreate"]
         assert create["examples"][0]["target"] == "faiss"
         assert {"HTTPBearer", "APIKeyHeader"} <= set(spec["components"]["securitySchemes"])
+
+
+@pytest.mark.parametrize("field", ["hardware", "model"])
+def test_a_label_with_a_newline_is_a_422_not_a_second_command(client: TestClient,
+                                                               field: str) -> None:
+    resp = client.post("/v1/recommendations", json={
+        "target": "faiss", "slo": "p95_latency_ms<=1", field: "x\ntouch pwned"})
+    err = _error(resp, 422)
+    assert err["detail"][0]["loc"] == ["body", field]
+
+
+@pytest.mark.parametrize(("body", "text"), [
+    ({"target": "faiss", "slo": "p95_latency_ms<=1", "workload": {"n_vectors": int("9" * 400)}},
+     "400-digit"),
+    ({"target": "faiss", "slo": "p95_latency_ms<=1", "workload": {"dim": float("1e300")}},
+     "2**53"),
+    ({"target": "faiss", "slo": ","}, "has no bound"),
+    ({"target": "faiss", "slo": "recall_at_10<=1"}, "always holds"),
+])
+def test_absurd_recommendation_questions_are_4xx(client: TestClient, body: dict,
+                                                 text: str) -> None:
+    resp = client.post("/v1/recommendations", json=body)
+    assert 400 <= resp.status_code < 500, resp.text
+    assert text in resp.text

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlmodel import select
 
 from advisor.driver import StudyDriver
 from advisor.errors import StoreError, StudyError
@@ -97,3 +99,48 @@ def test_export_filters(source: TrialStore) -> None:
     assert len(_export(source, TrialFilter(study="src", status="complete"))) == sum(
         t.status == "complete" for t in source.list_trials())
     assert _export(source, TrialFilter(target="faiss")) == []
+
+
+def _open_and_import(url: str, barrier: Any, results: Any) -> None:
+    """One CLI-like process on a fresh store: open it (creating its tables), import the shipped
+    knowledge."""
+    barrier.wait(timeout=60)
+    try:
+        store = TrialStore(url)
+        done = import_shipped_knowledge(store)
+        results.put(("ok", sorted(done)))
+        store.close()
+    except BaseException as exc:  # any error is the failure under test
+        results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_two_processes_opening_a_fresh_store_import_the_shipped_knowledge_once(
+        db_url: str) -> None:
+    """Two commands started at once on a fresh store (PostgreSQL: the loser used to die on a
+    UniqueViolation): both succeed, every shipped file is imported exactly once, by one of them."""
+    import multiprocessing
+
+    from knowledge.cache import content_key
+    from knowledge.models import ImportRecord
+    from knowledge.transfer import SHIPPED_DIR
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_and_import, args=(db_url, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    assert [kind for kind, _ in outcomes] == ["ok", "ok"], outcomes
+    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
+    imported_by = sorted(name for _, names in outcomes for name in names)
+    assert imported_by == shipped, "each file imported by exactly one of the two"
+    store = TrialStore(db_url)
+    with store.session() as s:
+        records = s.exec(select(ImportRecord)).all()
+    assert sorted(r.source for r in records) == shipped
+    assert len(store.list_trials()) == sum(r.trials for r in records)
+    assert content_key(store) is not None  # exactly its imports: it shares the shipped fit
+    store.close()
