@@ -52,13 +52,17 @@ class StoreSpec:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], n_queries: int) -> StoreSpec:
-        def positive(name: str, default: int) -> int:
+        def positive(name: str, default: int, maximum: int) -> int:
             value = params.get(name, default)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise WorkloadError(f"`{name}` must be a positive integer, got {value!r}")
+            if value > maximum:
+                raise WorkloadError(f"`{name} <= {maximum}` must hold (the stdlib corpus and "
+                                    f"MiniLM's input bound it), got a larger {name}")
             return value
 
-        return cls(positive("corpus_passages", 1000), n_queries, positive("query_words", 24))
+        return cls(positive("corpus_passages", 1000, 1_000_000), n_queries,
+                   positive("query_words", 24, 256))
 
     def key(self) -> str:
         data = {"format": _FORMAT, "corpus": corpus_provenance()["sha256"][:16],

@@ -180,6 +180,9 @@ class RagTarget(GoodputFromSLO, Target):
             named["rag"] = named["rag-cpu"]
         return named
 
+    def check_workload(self, workload: Workload) -> None:
+        _check(workload)
+
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:
         served, spec = _load(workload, cache_dir)
@@ -449,6 +452,19 @@ def _check_kind(workload: Workload) -> None:
     if workload.kind != KIND:
         raise WorkloadError(f"the rag target runs workloads of kind {KIND!r}, got "
                             f"{workload.kind!r}")
+
+
+def _check(workload: Workload) -> None:
+    """What :func:`_load` checks, without resolving the model or generating requests."""
+    _check_kind(workload)
+    params = dict(workload.params)
+    spec, _ = ServingWorkload.check(
+        {k: v for k, v in params.items() if k not in RAG_PARAMS or k == "cpu_kv_cache_tokens"},
+        target_keys={"cpu_kv_cache_tokens"})
+    StoreSpec.from_params(params, spec.n_requests + spec.warmup_requests)
+    if params.get("embed_device", "auto") not in ("auto", "cpu", "cuda"):
+        raise WorkloadError(f"`embed_device` must be auto, cpu or cuda, got "
+                            f"{params.get('embed_device')!r}")
 
 
 def _load(workload: Workload, cache_dir: Path) -> tuple[ServingWorkload, StoreSpec]:
