@@ -48,6 +48,17 @@ def response(config: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def _rendezvous(directory: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until trials of ``n`` different drivers (the trial's parent process) have reached
+    this point: a test of workers sharing a study then knows each of them ran a trial, however
+    slowly one of them started on a loaded machine."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / str(os.getppid())).touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(directory.iterdir())) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class ScriptedTarget(Target):
     name = "scripted"
     engine = "scripted"
@@ -77,6 +88,8 @@ class ScriptedTarget(Target):
 
     def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
         x = float(config["x"])
+        if rendezvous := workload.params.get("rendezvous_dir"):
+            _rendezvous(Path(rendezvous), int(workload.params.get("rendezvous_n", 2)))
         if x >= CRASH_X:
             os.abort()
         if x >= HANG_X:

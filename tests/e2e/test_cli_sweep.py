@@ -61,8 +61,10 @@ def sqlite_env(tmp_path: Path) -> dict[str, str]:
 
 def test_two_workers_share_one_study_without_overshooting(env: dict[str, str], tmp_path: Path
                                                           ) -> None:
-    path = sweep_file(tmp_path, f"share{uuid.uuid4().hex[:6]}", [scripted_cell()], trials=9,
-                      repeats=0)
+    # Each worker's first trial waits for the other's: both take part however slowly one of
+    # them starts (one worker used to take all 9 trials on a loaded 2-core machine).
+    cell = scripted_cell(rendezvous_dir=str(tmp_path / "rendezvous"), rendezvous_n=2)
+    path = sweep_file(tmp_path, f"share{uuid.uuid4().hex[:6]}", [cell], trials=9, repeats=0)
     result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
     assert result.returncode == 0, result.stderr
     summary = summary_of(result)
