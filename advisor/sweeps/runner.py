@@ -25,6 +25,7 @@ from advisor.driver import StudyDriver, StudySpec, failure_streak
 from advisor.errors import AdvisorError, StudyError
 from advisor.settings import Settings
 from advisor.sweeps.drift import CellDrift, compare_cell
+from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
 from advisor.sweeps.spec import CellSpec, SweepSpec
 from advisor.sweeps.warmstart import warm_start_configs
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
@@ -259,7 +260,7 @@ class SweepRunner:
             self.reporter.trial_finished(cell, t)
 
         if failure_streak(self.store, study.id or 0) < limit:
-            self.backend.run_study(name, on_trial)
+            self._report_worker_exits(cell, self.backend.run_study(name, on_trial))
         if failure_streak(self.store, study.id or 0) >= limit or not self._measured(study):
             return self._result(cell, name, "failing", error=self._failure_reason(study))
         if self._repeats(cell):
@@ -334,7 +335,16 @@ class SweepRunner:
                                                extend_budget=True)
             for label, why in queued.skipped.items():
                 self.reporter.message(f"{cell.key}: cannot repeat the {label} config: {why}")
-        self.backend.run_study(name, on_trial)
+        self._report_worker_exits(cell, self.backend.run_study(name, on_trial))
+
+    def _report_worker_exits(self, cell: CellSpec, exits: Any) -> None:
+        """Say which local workers ended badly, with the last line of their stderr: a worker
+        that dies at its start otherwise leaves the study to the others without a word."""
+        for ended in exits or ():
+            if ended.returncode not in (0, WORKER_EXIT_FAILING):
+                last = (ended.stderr_tail.strip().splitlines() or ["(no output)"])[-1]
+                self.reporter.message(f"{cell.key}: worker {ended.worker} exited with code "
+                                      f"{ended.returncode}: {last}")
 
     def _best(self, cell: CellSpec, trials: Sequence[TrialRecord]) -> TrialRecord | None:
         """The search's best trial: feasible first, then by objective (repeats excluded)."""

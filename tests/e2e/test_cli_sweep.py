@@ -63,8 +63,8 @@ def test_two_workers_share_one_study_without_overshooting(env: dict[str, str], t
                                                           ) -> None:
     # Each worker's first trial waits for the other's: both take part however slowly one of
     # them starts (one worker used to take all 9 trials on a loaded 2-core machine).
-    cell = scripted_cell(rendezvous_dir=str(tmp_path / "rendezvous"), rendezvous_n=2)
-    path = sweep_file(tmp_path, f"share{uuid.uuid4().hex[:6]}", [cell], trials=9, repeats=0)
+    spec = scripted_cell(rendezvous_dir=str(tmp_path / "rendezvous"), rendezvous_n=2)
+    path = sweep_file(tmp_path, f"share{uuid.uuid4().hex[:6]}", [spec], trials=9, repeats=0)
     result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
     assert result.returncode == 0, result.stderr
     summary = summary_of(result)
@@ -72,7 +72,7 @@ def test_two_workers_share_one_study_without_overshooting(env: dict[str, str], t
     store = TrialStore(env["ADVISOR_DB_URL"])
     assert_consistent(store, cell["study"], 9)
     pids = {t.pid for t in study_trials(store, cell["study"])}
-    assert len(pids) == 2, "both worker processes ran trials"
+    assert len(pids) == 2, f"both worker processes ran trials; the sweep said: {result.stderr}"
     assert cell["counts"]["complete"] + cell["counts"]["failed"] == 9
 
 
