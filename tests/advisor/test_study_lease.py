@@ -15,7 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 
 from advisor.driver import StudyDriver, StudySpec
@@ -26,6 +25,7 @@ from knowledge import TrialStatus, TrialStore
 from knowledge.leases import StudyLease, holder_of
 from knowledge.models import StudyLeaseRecord, utcnow
 from objectives import parse_slo
+from tests.e2e.sweep_helpers import assert_consistent, study_trials
 from tests.scripted_target import ScriptedTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,18 +155,10 @@ def _race(db_url: str, tmp_path: Path, name: str, n_trials: int, create: bool
 
 
 def _assert_consistent(store: TrialStore, name: str, budget: int) -> None:
-    study = store.get_study(name)
-    assert study is not None
-    trials = store.trials_of_study(study.id or 0)
-    finished = [t for t in trials if t.status in TrialStatus.FINISHED]
-    assert len(finished) == budget, [(t.number, t.status) for t in trials]
-    assert not [t for t in trials if t.status in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)]
-    ostudy = optuna.load_study(study_name=name, storage=store.url)
-    states = [t.state for t in ostudy.get_trials(deepcopy=False)]
-    assert optuna.trial.TrialState.RUNNING not in states
-    complete = {t.number for t in ostudy.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE}
-    assert complete == {t.number for t in trials if t.status == TrialStatus.COMPLETE}
+    """The shared check (exact budget, nothing stuck or duplicated, Optuna = store), and no
+    trial interrupted: a refused driver never recovered the live one's trial."""
+    assert_consistent(store, name, budget)
+    assert not [t for t in study_trials(store, name) if t.status == TrialStatus.INTERRUPTED]
 
 
 @pytest.mark.slow
