@@ -37,10 +37,11 @@ import optuna
 from optuna.trial import TrialState
 
 from advisor import __version__, pairing
-from advisor.errors import AdvisorError, SearchSpaceError, StudyError
+from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
 from advisor.inputs import check_label
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
+from advisor.samplers import SAMPLERS, make_sampler
 from advisor.sampling import suggest_config
 from advisor.settings import Settings, check_paired_repeats
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
@@ -60,12 +61,13 @@ __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "SAMPLERS", "CoMeasured", "JoinResult", 
            "describe_optuna_study", "failure_streak", "tell_constraints"]
 
 log = logging.getLogger(__name__)
-SAMPLERS = ("tpe", "gp", "random")
 _DEFAULT_ROLE = "engine-default"
 _ENQUEUED_ROLE = "enqueued"
 _FIXED_ATTR = "advisor_fixed"
 #: Provenance keys linking a study and the studies measured alongside it.
 _CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
+#: Times a shared-study worker asks again when the trial it was handed is another worker's.
+_CLAIM_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -183,18 +185,6 @@ class _SilentReporter:
 
     def finished(self, result: StudyResult) -> None:
         pass
-
-
-def _make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    # `group` (TPE over conditional sub-spaces) is marked experimental; it is what makes TPE model
-    # the per-index-family knobs jointly, so we use it and keep the warning out of user output.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=10)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10)
-    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
@@ -467,7 +457,7 @@ class StudyDriver:
         with contextlib.suppress(KeyError):  # on resume: the fixed knobs the study started with
             fixed = {**optuna.load_study(study_name=spec.name, storage=storage)
                      .user_attrs.get(_FIXED_ATTR, {}), **fixed}
-        sampler = _make_sampler(spec.sampler, seed)
+        sampler = make_sampler(spec.sampler, seed)
         if fixed:
             sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
         ostudy = optuna.create_study(
@@ -666,6 +656,19 @@ class StudyDriver:
                  ) -> TrialRecord | None:
         """Ask, run, store and tell one trial. With ``budget`` the trial first claims a slot of
         it in the store (shared studies); ``None`` when none is left."""
+        for _ in range(_CLAIM_ATTEMPTS):
+            try:
+                return self._ask_and_run(spec, study, target, space, ostudy, companions, budget)
+            except TrialTakenError as exc:
+                # Another worker was handed the same queued trial and runs it: leave the
+                # Optuna trial to it and ask for another.
+                log.info("%s; asking for another", exc)
+        raise StudyError(f"{_CLAIM_ATTEMPTS} trials in a row were claimed by other workers "
+                         f"of study {spec.name!r} before this one could claim them")
+
+    def _ask_and_run(self, spec: StudySpec, study: StudyRecord, target: Target, space: Any,
+                     ostudy: optuna.Study, companions: list[_Companion], budget: int | None
+                     ) -> TrialRecord | None:
         otrial = ostudy.ask()
         config = suggest_config(otrial, space)
         hw = fingerprint()

@@ -24,6 +24,7 @@ __all__ = [
     "StudyBusyError",
     "StudyError",
     "TrialFailedError",
+    "TrialTakenError",
     "UnknownTargetError",
     "WorkloadError",
 ]
@@ -79,6 +80,11 @@ class StoreError(AdvisorError):
 
 class StoreConflictError(StoreError):
     """A write the store refused as a duplicate (a unique key another process wrote first)."""
+
+
+class TrialTakenError(StoreConflictError):
+    """Another worker already claimed the trial number this one tried to claim (both were handed
+    the same queued Optuna trial)."""
 
 
 class NotReadyError(AdvisorError):

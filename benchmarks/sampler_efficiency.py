@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from advisor.driver import _make_sampler  # noqa: E402
+from advisor.samplers import make_sampler  # noqa: E402
 from advisor.settings import Settings  # noqa: E402
 from objectives import parse_slo  # noqa: E402
 from objectives.hardware import fingerprint  # noqa: E402
@@ -90,7 +90,7 @@ def measure_grid(target: Any, workload: Any, cache_dir: Path) -> tuple[dict[str,
 def search(table: dict[str, dict], sampler_name: str, seed: int, budget: int, slo: Any,
            target_qps: float) -> int | None:
     """Trials until the best feasible qps reaches ``target_qps`` (None: not within budget)."""
-    study = optuna.create_study(direction="maximize", sampler=_make_sampler(sampler_name, seed))
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler_name, seed))
     best = 0.0
     for n in range(1, budget + 1):
         trial = study.ask()

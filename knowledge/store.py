@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
 
-from advisor.errors import StoreConflictError, StoreError
+from advisor.errors import StoreConflictError, StoreError, TrialTakenError
 from knowledge.models import (
     SLOMarginRecord,
     StudyRecord,
@@ -206,24 +206,34 @@ class TrialStore:
 
         Several workers share one study: the study row is updated first in the same transaction,
         which takes its write lock (a row lock on PostgreSQL, the database lock on SQLite), so
-        two workers cannot both see the last free slot.
+        two workers cannot both see the last free slot. Raises :class:`TrialTakenError` when a
+        trial of the same number is stored already: Optuna's SQLite storage cannot lock a row,
+        so two workers asking at the same moment can both be handed one queued trial, and the
+        unique trial number decides which of them runs it.
         """
         trial.status = TrialStatus.RUNNING
         trial.host = trial.host or socket.gethostname()
         trial.pid = trial.pid if trial.pid is not None else os.getpid()
-        with self.session() as s:
-            s.exec(update(StudyRecord).where(col(StudyRecord.id) == trial.study_id)
-                   .values(updated_at=utcnow()))
-            taken = s.exec(select(func.count()).select_from(TrialRecord).where(
-                TrialRecord.study_id == trial.study_id,
-                col(TrialRecord.status).in_([*TrialStatus.FINISHED, TrialStatus.RUNNING]))).one()
-            if int(taken) >= budget:
-                s.rollback()
-                return None
-            s.add(trial)
-            s.commit()
-            s.refresh(trial)
-            return trial
+        try:
+            with self.session() as s:
+                s.exec(update(StudyRecord).where(col(StudyRecord.id) == trial.study_id)
+                       .values(updated_at=utcnow()))
+                taken = s.exec(select(func.count()).select_from(TrialRecord).where(
+                    TrialRecord.study_id == trial.study_id,
+                    col(TrialRecord.status).in_([*TrialStatus.FINISHED, TrialStatus.RUNNING]))
+                ).one()
+                if int(taken) >= budget:
+                    s.rollback()
+                    return None
+                s.add(trial)
+                s.commit()
+                s.refresh(trial)
+                return trial
+        except StoreConflictError as exc:
+            if self.trial_by_number(trial.study_id, trial.number) is None:
+                raise
+            raise TrialTakenError(f"trial {trial.number} of study {trial.study_id} is claimed "
+                                  "by another worker") from exc
 
     def restart_trial(self, trial_id: int) -> TrialRecord:
         """Mark a running trial as started again by this process (a Ray trial retried after its

@@ -15,10 +15,11 @@ import pytest
 from optuna.trial import TrialState
 
 from advisor.driver import StudyDriver, StudySpec, optuna_storage
-from advisor.errors import SearchSpaceError, StudyError
+from advisor.errors import SearchSpaceError, StudyError, TrialTakenError
 from advisor.objective import Objective
 from advisor.settings import Settings
 from knowledge import TrialStatus, TrialStore
+from knowledge.models import TrialRecord
 from objectives import parse_slo
 from tests.scripted_target import ScriptedTarget, response
 
@@ -180,3 +181,33 @@ def test_sigkill_then_resume_loses_nothing(db_url: str, tmp_path: Path) -> None:
     assert TrialState.RUNNING not in states
     assert states.count(TrialState.COMPLETE) == sum(
         t.status == TrialStatus.COMPLETE for t in trials)
+
+
+def test_a_worker_handed_another_workers_queued_trial_asks_again(settings: Settings) -> None:
+    # Optuna's SQLite storage cannot lock a row: two workers asking at the same moment can both
+    # pop the study's queued default (seen on a loaded 2-core CI run: one worker died with
+    # "UNIQUE constraint failed" and the other ran every trial). Here worker A has claimed
+    # trial 0 in the store while Optuna still hands it out, the state the race leaves.
+    store = TrialStore(settings.db_url)
+    driver = StudyDriver(store, settings)
+    study = driver.create(_spec(name="shared", n=4))
+    first = driver.shared_study("shared")[2].trials[0]
+    assert first.state == TrialState.WAITING and first.number == 0
+    def row() -> TrialRecord:
+        return TrialRecord(study_id=study.id or 0, number=0, target="scripted",
+                           config=dict(first.params), config_hash="a", workload_spec={},
+                           workload_hash="w", hardware={}, hardware_key="h",
+                           advisor_version="t", pid=os.getpid())
+
+    assert store.claim_trial(row(), 4) is not None
+    with pytest.raises(TrialTakenError):
+        store.claim_trial(row(), 4)
+
+    result = driver.join("shared", worker=1)
+
+    assert (result.trials_run, result.stopped_because) == (3, "budget")
+    numbers = sorted(t.number for t in store.trials_of_study(study.id or 0))
+    assert numbers == [0, 1, 2, 3]
+    ostudy = optuna.load_study(study_name="shared", storage=optuna_storage(settings.db_url))
+    # The trial worker A runs is left to it: not failed by the worker that lost the claim.
+    assert ostudy.trials[0].state == TrialState.RUNNING

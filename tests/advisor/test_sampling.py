@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from advisor.driver import _make_sampler
+from advisor.samplers import make_sampler
 from advisor.sampling import suggest_config
 from search_spaces import SearchSpace, load_space
 from tests.scripted_target import SPACE
@@ -15,7 +15,7 @@ from tests.scripted_target import SPACE
 @pytest.mark.parametrize("space_name", ["faiss", "scripted"])
 def test_sampled_configs_validate(sampler: str, space_name: str) -> None:
     space = load_space("faiss") if space_name == "faiss" else SearchSpace.from_dict(SPACE)
-    study = optuna.create_study(direction="maximize", sampler=_make_sampler(sampler, 3))
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, 3))
     seen_types = set()
     for i in range(25):
         trial = study.ask()
