@@ -56,6 +56,7 @@ from advisor.recommend import (
     trial_model,
 )
 from advisor.settings import Settings, default_db_url
+from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate, workload_features
@@ -243,6 +244,9 @@ class _ProgressReporter:
         else:
             line = f"#{trial.number:<3} [red]{trial.status}[/red] ({trial.error_type}): " \
                    f"{(trial.error or '').splitlines()[0][:100] if trial.error else ''}"
+        if (sweep := trial.details.get("search_sweep")) and sweep.get("measured", 1) > 1:
+            # The other settings this trial's sweep measured are trials of their own.
+            line += f" [dim](+{sweep['measured'] - 1} swept)[/dim]"
         self.progress.console.print(f"{line}  [dim]{_compact(trial.config)}[/dim]")
         best_text = (f"best feasible {self.objective.metric}: {_fmt(best.objective_value)}"
                      if best else "best feasible: -")
@@ -319,6 +323,17 @@ def tune_cmd(
         "YAML/JSON mapping of knobs, e.g. '{max_num_seqs: 256, enable_chunked_prefill: false}', "
         "or @FILE holding a mapping or a list of them. Knobs left out keep the engine default, so "
         "one knob per --enqueue ablates the default one knob at a time.")] = None,
+    warm_start: Annotated[bool, typer.Option(
+        help="Warm start a new study: after the engine default and --enqueue configs, measure "
+             "the recommender's config for its SLO, workload and hardware and the "
+             f"{BEST_KNOWN} best stored configs meeting the SLO there. They count towards "
+             "--trials and the sampler's random start-up; --resume never adds them.")] = True,
+    search_sweep: Annotated[bool, typer.Option(
+        help="Where the target can (faiss: nprobe, efSearch), each trial builds once and "
+             "sweeps the search-time knobs, skipping settings that cannot beat the "
+             "quality/speed front; every setting is stored as a trial of its own, outside the "
+             "--trials budget, which then counts the sampled configs. Off: every knob is "
+             "sampled, one setting per trial. Fixed by the study when it is created.")] = True,
     paired_repeats: Annotated[int | None, typer.Option(
         min=0, max=50, help="After the search, measure the best config and the engine default "
         "this many times each, interleaved, and report their paired comparison (0: off; else "
@@ -375,11 +390,13 @@ def tune_cmd(
         else:
             if resume:
                 err.print(f"no study named {study_name!r} yet: starting it")
-            result = driver.run(StudySpec(
+            spec = StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
                 n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
                 co_measured=co_measured, enqueued=_enqueued(enqueue or []),
-                paired_repeats=paired_repeats))
+                paired_repeats=paired_repeats, search_sweep=search_sweep)
+            result = driver.run(spec, on_created=warm_start_hook(driver, spec) if warm_start
+                                else None)
     except KeyboardInterrupt:
         reporter.progress.stop()
         err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
@@ -461,6 +478,8 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         "study": study.name, "target": study.target, "slo": study.slo,
         "objective": f"{study.objective_direction}:{study.objective_metric}",
         "trials": len(result.trials),
+        "sampled": sum(t.swept_from is None for t in result.trials),
+        "swept": sum(t.swept_from is not None for t in result.trials),
         "complete": result.count(TrialStatus.COMPLETE), "failed": result.count(TrialStatus.FAILED),
         "interrupted": result.count(TrialStatus.INTERRUPTED), "meeting_slo": result.n_feasible,
         "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
@@ -481,7 +500,9 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
                 if best else "")
         out.print(f"measured alongside: [bold]{line['study']}[/bold]: {line['complete']} "
                   f"measured, {line['meeting_slo']} met the SLO{tail}")
-    out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured, "
+    swept = (f" ({summary['sampled']} sampled configs, {summary['swept']} more settings swept "
+             "within them)" if summary["swept"] else "")
+    out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured{swept}, "
               f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
               f"{summary['meeting_slo']} met the SLO {study.slo}")
     if result.best is None:
@@ -542,6 +563,7 @@ def studies_cmd(
             "id": s.id, "name": s.name, "target": s.target, "slo": s.slo,
             "objective": f"{s.objective_direction}:{s.objective_metric}", "status": s.status,
             "trials": len(trials), "requested": s.n_trials,
+            "swept": sum(t.swept_from is not None for t in trials),
             "complete": sum(t.status == TrialStatus.COMPLETE for t in trials),
             "failed": sum(t.status == TrialStatus.FAILED for t in trials),
             "hardware_key": s.hardware_key, "created_at": s.created_at.isoformat(),

@@ -28,7 +28,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -42,8 +42,9 @@ from advisor.inputs import check_label
 from advisor.isolation import TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.samplers import SAMPLERS, make_sampler
-from advisor.sampling import suggest_config
+from advisor.sampling import suggest_config, swept_params
 from advisor.settings import Settings, check_paired_repeats
+from advisor.swept_trials import chosen_point, constraint_attrs, swept_trial_template
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import pid_alive
 from knowledge.leases import StudyLease
@@ -64,6 +65,10 @@ log = logging.getLogger(__name__)
 _DEFAULT_ROLE = "engine-default"
 _ENQUEUED_ROLE = "enqueued"
 _FIXED_ATTR = "advisor_fixed"
+#: Optuna study attribute: the knobs each trial sweeps (absent or empty: none, all sampled).
+_SWEPT_ATTR = "advisor_search_sweep"
+#: Share of the trial timeout a search sweep may spend starting new settings.
+_SWEEP_BUDGET_SHARE = 0.5
 #: Provenance keys linking a study and the studies measured alongside it.
 _CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
 #: Times a shared-study worker asks again when the trial it was handed is another worker's.
@@ -101,6 +106,9 @@ class StudySpec:
     #: After the search, measure the best config and the engine default this many times each,
     #: interleaved, and store their paired comparison (None: ``Settings.paired_repeats``).
     paired_repeats: int | None = None
+    #: Let a target that sweeps search-time knobs in one trial do so (Target.swept_knobs): the
+    #: sampler then picks only the other knobs. Off: every knob is sampled, a setting per trial.
+    search_sweep: bool = True
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
@@ -234,11 +242,16 @@ class StudyDriver:
 
     # entry points ----------------------------------------------------------------------------
 
-    def run(self, spec: StudySpec) -> StudyResult:
+    def run(self, spec: StudySpec, *,
+            on_created: Callable[[StudyRecord], None] | None = None) -> StudyResult:
         """Start a new study named ``spec.name`` and run it to ``spec.n_trials`` trials, holding
-        its lease (:meth:`lease`) throughout."""
+        its lease (:meth:`lease`) throughout. ``on_created`` is called once the study exists
+        with its engine default and enqueued configs queued, before the first trial: what it
+        queues (a warm start) runs right behind them."""
         with self.lease(spec.name):
             study, target, ostudy, companions = self._start(spec)
+            if on_created is not None:
+                on_created(study)
             return self._loop(spec, study, target, ostudy, companions)
 
     @contextlib.contextmanager
@@ -293,6 +306,10 @@ class StudyDriver:
         ostudy = self._optuna_study(spec, study)
         if spec.fixed:
             ostudy.set_user_attr(_FIXED_ATTR, dict(spec.fixed))
+        # Fixed knobs are never swept; co-measured workloads and a sweep do not mix in a trial.
+        swept = sorted(target.swept_knobs() - set(spec.fixed))
+        if spec.search_sweep and swept and not spec.co_measured:
+            ostudy.set_user_attr(_SWEPT_ATTR, swept)
         default = target.space().default_config()
         # With fixed knobs the engine default is measured only where it agrees with them.
         if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
@@ -670,7 +687,11 @@ class StudyDriver:
                      ostudy: optuna.Study, companions: list[_Companion], budget: int | None
                      ) -> TrialRecord | None:
         otrial = ostudy.ask()
-        config = suggest_config(otrial, space)
+        # A repeat (a paired comparison's round) measures exactly its config, never a sweep.
+        repeat = otrial.user_attrs.get(pairing.BLOCK_ATTR) is not None
+        swept = (frozenset(ostudy.user_attrs.get(_SWEPT_ATTR, []))
+                 if not companions and not repeat else frozenset())
+        config = suggest_config(otrial, space, swept)
         hw = fingerprint()
         details: dict[str, Any] = {}
         if role := otrial.user_attrs.get("advisor_role"):
@@ -699,12 +720,16 @@ class StudyDriver:
                 ostudy.enqueue_trial(dict(otrial.params), user_attrs=dict(otrial.user_attrs))
             return None
         try:
-            outcome = self._run_isolated(spec, rec, config, companions)
+            outcome = self._run_isolated(spec, rec, config, companions, sweep=swept)
         except KeyboardInterrupt:
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
         outcome = _with_slo(target, outcome, spec.slo)
         self._check_leases()  # a driver that lost the study stores nothing more in it
+        if outcome.swept:
+            own = {k: config[k] for k in swept if k in config} if role else None
+            return self._record_sweep(spec, ostudy, otrial, rec, outcome, details, target,
+                                      space, own)
         stored = self._record(spec, ostudy, otrial, rec, outcome, details)
         co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
         for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):
@@ -713,7 +738,8 @@ class StudyDriver:
         return stored
 
     def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
-                      companions: Sequence[_Companion] = ()) -> TrialOutcome:
+                      companions: Sequence[_Companion] = (), *,
+                      sweep: frozenset[str] = frozenset()) -> TrialOutcome:
         """Run the trial's child process, beating the store's heartbeat; an interrupt (Ctrl-C,
         or SIGTERM turned into one) records the trial as interrupted and propagates."""
         last_beat = time.monotonic()
@@ -730,6 +756,8 @@ class StudyDriver:
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
+                sweep=((sweep, _SWEEP_BUDGET_SHARE * self.settings.trial_timeout_s) if sweep
+                       else None),
             )
         except KeyboardInterrupt as exc:
             # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.
@@ -738,6 +766,66 @@ class StudyDriver:
                                   error=f"stopped by {exc}" if str(exc)
                                   else "interrupted by the user")
             raise
+
+    def _record_sweep(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
+                      rec: TrialRecord, outcome: TrialOutcome, details: Mapping[str, Any],
+                      target: Target, space: Any, own: Mapping[str, Any] | None
+                      ) -> TrialRecord:
+        """Store a trial that swept its search knobs (advisor/swept_trials.py): the asked trial
+        keeps its own or the best setting; every other setting becomes a trial of its own."""
+        # The target's own account of the sweep (settings measured, pruned, not reached) moves
+        # from each measurement's details into the trial's "search_sweep" record.
+        told = {k: v for k, v in outcome.swept[0][1].details.get("search_sweep", {}).items()
+                if k != "point"}
+        points = [(config, target.apply_slo(dataclasses.replace(m, details={
+            k: v for k, v in m.details.items() if k != "search_sweep"}), spec.slo))
+            for config, m in outcome.swept]
+        keep = chosen_point(points, spec.slo, spec.objective, own)
+        names = sorted({k for config, _ in points for k in config} & set(
+            ostudy.user_attrs.get(_SWEPT_ATTR, [])))
+        summary = {"swept": names, **told}
+        kept_config, kept = points[keep]
+        stored = self._store_outcome(
+            spec, rec, dataclasses.replace(outcome, measurement=kept, swept=()),
+            {**details, "search_sweep": {**summary, "kept": keep}},
+            config=(kept_config, _config_hash(kept_config)))
+        for name, (value, dist) in swept_params(space, kept_config, names).items():
+            otrial.storage.set_trial_param(otrial._trial_id, name, dist.to_internal_repr(value),
+                                           dist)
+        if stored.status == TrialStatus.COMPLETE:
+            self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
+        else:
+            ostudy.tell(otrial, state=TrialState.FAIL)
+        storage = otrial.storage
+        study_id = storage.get_study_id_from_name(spec.name)
+        sampled = {k: (v, otrial.distributions[k]) for k, v in otrial.params.items()
+                   if k not in names}
+        for position, (config, m) in enumerate(points):
+            if position == keep:
+                continue
+            point_details = {k: v for k, v in details.items() if k not in ("role", "source")}
+            point_details["search_sweep"] = {**summary, "point": position,
+                                             "trial": otrial.number}
+            metrics_ok = (is_usable({**point_details, **m.details})
+                          and all(m.metrics.get(x) is not None
+                                  for x in (spec.objective.metric, *spec.slo.metrics)))
+            template = swept_trial_template(
+                {**sampled, **swept_params(space, config, names)},
+                value=float(m.metrics[spec.objective.metric]) if metrics_ok else None,
+                slo=spec.slo, metrics=m.metrics if metrics_ok else None,
+                user_attrs={"advisor_swept_from": otrial.number},
+                constraints_key=DASHBOARD_CONSTRAINTS_KEY)
+            trial_id = storage.create_new_trial(study_id, template_trial=template)
+            point = self.store.start_trial(TrialRecord(
+                study_id=rec.study_id, number=storage.get_trial_number_from_id(trial_id),
+                optuna_trial_id=trial_id, target=spec.target, config=config,
+                config_hash=_config_hash(config), workload_spec=spec.workload.spec,
+                workload_hash=spec.workload.spec_hash, hardware=rec.hardware,
+                hardware_key=rec.hardware_key, advisor_version=__version__,
+                details=point_details, swept_from=otrial.number))
+            self._store_outcome(spec, point, TrialOutcome("complete", m, duration_s=m.duration_s),
+                                point_details)
+        return stored
 
     def _record_co_measured(self, companion: _Companion, space: Any, params: dict[str, Any],
                             config: dict[str, Any], hw: Mapping[str, Any],
@@ -767,7 +855,8 @@ class StudyDriver:
         return stored
 
     def _store_outcome(self, spec: StudySpec, rec: TrialRecord, outcome: TrialOutcome,
-                       details: Mapping[str, Any]) -> TrialRecord:
+                       details: Mapping[str, Any],
+                       config: tuple[Mapping[str, Any], str] | None = None) -> TrialRecord:
         """Write a trial's outcome to the store: measured with its SLO margins (``invalid`` when
     its validity label is unusable, knowledge/validity.py), or failed."""
         m = outcome.measurement
@@ -794,7 +883,7 @@ class StudyDriver:
             details=merged, margins=margins,
             feasible=usable and all(mr.margin <= 0 for mr in margins),
             objective_value=float(m.metrics[spec.objective.metric]), duration_s=outcome.duration_s,
-            status=TrialStatus.COMPLETE if usable else TrialStatus.INVALID)
+            status=TrialStatus.COMPLETE if usable else TrialStatus.INVALID, config=config)
 
     def execute(self, study_name: str, *, number: int, optuna_trial_id: int,
                 config: Mapping[str, Any], details: Mapping[str, Any]) -> TrialRecord | None:
@@ -894,13 +983,10 @@ def tell_constraints(otrial: optuna.Trial, slo: SLO, metrics: Mapping[str, float
     infeasible trials in its plots, and shows user attributes by name in its trial table.
     Idempotent: recovery may tell a trial again.
     """
-    margins = [bound.margin(float(metrics[bound.metric])) for bound in slo.bounds]
+    margins, attrs = constraint_attrs(slo, metrics)
     otrial.storage.set_trial_system_attr(otrial._trial_id, DASHBOARD_CONSTRAINTS_KEY, margins)
-    for metric in slo.metrics:
-        otrial.set_user_attr(metric, float(metrics[metric]))
-    for bound, margin in zip(slo.bounds, margins, strict=True):
-        otrial.set_user_attr(f"margin {bound}", margin)
-    otrial.set_user_attr("slo_met", all(m <= 0 for m in margins))
+    for key, value in attrs.items():
+        otrial.set_user_attr(key, value)
 
 
 def describe_optuna_study(ostudy: optuna.Study, spec: StudySpec) -> None:

@@ -57,6 +57,9 @@ class TrialOutcome:
     #: Outcomes of the co-measured workloads, in order (empty when none were asked for). A failure
     #: of the trial itself fails them all with the same reason.
     co_measured: tuple[TrialOutcome, ...] = ()
+    #: A search sweep's settings (full config, measurement), in measuring order; the first is
+    #: also :attr:`measurement`. Empty when no sweep was asked for or the trial failed.
+    swept: tuple[tuple[dict[str, Any], Measurement], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -138,12 +141,15 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
                  *, timeout_s: float, memory_limit_mb: int | None = None,
                  on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
                  env: Mapping[str, str] | None = None,
-                 co_workloads: Sequence[Workload] = ()) -> TrialOutcome:
+                 co_workloads: Sequence[Workload] = (),
+                 sweep: tuple[frozenset[str], float] | None = None) -> TrialOutcome:
     """Run ``target`` on ``config`` in a child process and return its outcome.
 
     ``co_workloads`` are measured after ``workload`` in the same child with the same config
     (:meth:`Target.run_series`: a server target starts its engine once for all of them); their
-    outcomes come back in :attr:`TrialOutcome.co_measured`.
+    outcomes come back in :attr:`TrialOutcome.co_measured`. With ``sweep`` (knobs, seconds) the
+    child sweeps those knobs instead (:meth:`Target.run_sweep`), starting no new setting after
+    that many seconds; the settings come back in :attr:`TrialOutcome.swept`.
 
     ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
@@ -156,6 +162,8 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
         request.write_text(json.dumps({
             "target": target, "config": dict(config), "workload": workload.spec,
             "co_workloads": [w.spec for w in co_workloads], "cache_dir": str(cache_dir),
+            "sweep": None if sweep is None else {"knobs": sorted(sweep[0]),
+                                                 "budget_s": sweep[1]},
         }))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         with log.open("wb") as log_file:
@@ -194,8 +202,10 @@ def _read_outcome(result: Path, log: Path, code: int | None, elapsed: float,
         data = json.loads(result.read_text())
         if data["status"] == "complete":
             co = tuple(_co_outcome(item) for item in data.get("co_measured", []))
+            swept = tuple((dict(item["config"]), Measurement.from_dict(item["measurement"]))
+                          for item in data.get("swept", []))
             return TrialOutcome("complete", Measurement.from_dict(data["measurement"]),
-                                duration_s=elapsed, exit_code=code, co_measured=co)
+                                duration_s=elapsed, exit_code=code, co_measured=co, swept=swept)
         return TrialOutcome("failed", error_type=data["error_type"], reason=data["reason"],
                             duration_s=elapsed, exit_code=code)
     error_type, why = _describe_exit(code)

@@ -23,10 +23,17 @@ from types import FrameType
 from typing import Any
 
 from advisor.driver import SAMPLERS, StudyDriver, StudySpec, complete_enqueued
-from advisor.errors import AdvisorError, SearchSpaceError, StudyError, WorkloadError
+from advisor.errors import (
+    AdvisorError,
+    InputError,
+    SearchSpaceError,
+    StudyError,
+    WorkloadError,
+)
 from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.settings import Settings
+from advisor.warm_start import warm_start_hook
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import JobStore
 from knowledge.models import JobStatus, StudyStatus
@@ -174,17 +181,24 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
         check_study_name(name)
     seed = request.get("seed")
     paired = request.get("paired_repeats")
+    warm = request.get("warm_start", True)
+    if not isinstance(warm, bool):
+        raise InputError(f"`warm_start` must be true or false, but got {warm!r}")
+    sweep = request.get("search_sweep", True)
+    if not isinstance(sweep, bool):
+        raise InputError(f"`search_sweep` must be true or false, but got {sweep!r}")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
                      n_trials=n_trials, sampler=sampler, seed=None if seed is None else int(seed),
                      include_default=bool(request.get("include_default", True)), fixed=fixed,
                      enqueued=tuple(enqueued),
-                     paired_repeats=None if paired is None else int(paired))
+                     paired_repeats=None if paired is None else int(paired), search_sweep=sweep)
     normalised = {
         "target": target_name, "slo": str(slo), "objective": str(objective),
         "workload": wl.spec, "fixed": fixed, "enqueue": enqueued, "trials": n_trials,
         "sampler": sampler,
         "seed": spec.seed, "include_default": spec.include_default, "name": name,
         "resume": bool(request.get("resume", False)), "paired_repeats": spec.paired_repeats,
+        "warm_start": warm, "search_sweep": sweep,
     }
     return ValidatedStudy(spec, bool(request.get("resume", False)), normalised)
 
@@ -198,7 +212,9 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         sampler=request["sampler"], seed=request["seed"],
         include_default=bool(request["include_default"]), fixed=dict(request.get("fixed") or {}),
         enqueued=tuple(dict(c) for c in request.get("enqueue") or ()),
-        paired_repeats=request.get("paired_repeats"))
+        paired_repeats=request.get("paired_repeats"),
+        # Requests stored before `search_sweep` existed get the API's default.
+        search_sweep=bool(request.get("search_sweep", True)))
     return spec, bool(request.get("resume"))
 
 
@@ -274,7 +290,9 @@ def run_job(uid: str, settings: Settings) -> int:
         if resume and store.get_study(spec.name) is not None:
             driver.resume(spec.name, spec.n_trials, paired_repeats=spec.paired_repeats)
         else:
-            driver.run(spec)
+            # Requests stored before `warm_start` existed get the API's default.
+            warm = job.request.get("warm_start", True)
+            driver.run(spec, on_created=warm_start_hook(driver, spec) if warm else None)
         status = JobStatus.SUCCEEDED
     except KeyboardInterrupt:  # JobCancelled included
         if jobs.get(uid).cancel_requested:

@@ -36,6 +36,8 @@ BEST, DEFAULT = "best", "default"
 #: there is none).
 PROVENANCE_KEY = "paired_comparison"
 _ROLE_PREFIX = "paired-"
+#: The Optuna user attribute (and, without its prefix, the trial detail) naming a repeat's block.
+BLOCK_ATTR = "advisor_paired_block"
 #: The sweep runner's role for its repeats (its arm is in ``details["repeat_of"]``).
 SWEEP_REPEAT_ROLE = "repeat"
 
@@ -122,7 +124,7 @@ def queue_interleaved(driver: StudyDriver, study_name: str, arms: Sequence[Arm],
         for arm in list(live):
             try:
                 driver.enqueue(study_name, [arm.config], role=arm.stored_role,
-                               attrs={"advisor_paired_block": block,
+                               attrs={BLOCK_ATTR: block,
                                       "advisor_paired_round": round_,
                                       **({"advisor_repeat_of": arm.label}
                                          if arm.role == SWEEP_REPEAT_ROLE else {})},
@@ -154,14 +156,14 @@ def _blocks_present(driver: StudyDriver, study_name: str) -> set[str]:
         return present
     for frozen in ostudy.get_trials(deepcopy=False,
                                     states=(TrialState.WAITING, TrialState.RUNNING)):
-        if (b := frozen.user_attrs.get("advisor_paired_block")) is not None:
+        if (b := frozen.user_attrs.get(BLOCK_ATTR)) is not None:
             present.add(str(b))
     return present
 
 
 def pending(trials_waiting: Sequence[Mapping[str, Any]]) -> int:
     """How many of the given Optuna user-attr mappings (of waiting trials) belong to a block."""
-    return sum(1 for attrs in trials_waiting if attrs.get("advisor_paired_block") is not None)
+    return sum(1 for attrs in trials_waiting if attrs.get(BLOCK_ATTR) is not None)
 
 
 def latest_block(trials: Sequence[TrialRecord], arms: Sequence[str]) -> str | None:

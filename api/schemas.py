@@ -202,6 +202,19 @@ class StudyCreate(BaseModel):
     name: str | None = Field(default=None, max_length=200, pattern=STUDY_NAME_PATTERN,
                              description="study name; default derived like `advisor tune`")
     resume: bool = Field(default=False, description="continue the study if it exists")
+    warm_start: bool = Field(
+        default=True,
+        description="a new study first measures, after the engine default and `enqueue`, what "
+                    "the store knows for its SLO, workload and hardware (the recommender's "
+                    "config and the best measured configs meeting the SLO), as `advisor tune` "
+                    "does; a resumed study never gets them again")
+
+    search_sweep: bool = Field(
+        default=True,
+        description="where the target can (faiss: nprobe, efSearch), each trial builds once and "
+                    "sweeps the search-time knobs, storing every setting as a trial of its own "
+                    "outside the `trials` budget, as `advisor tune` does; false: every knob is "
+                    "sampled")
 
     @field_validator("paired_repeats")
     @classmethod
@@ -290,3 +303,6 @@ class TrialPublic(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     duration_s: float | None
+    swept_from: int | None = Field(default=None, description="for a setting a search sweep "
+                                   "measured within another trial: that trial's number (such "
+                                   "trials take no slot of the study's budget)")

@@ -149,6 +149,9 @@ class TrialRecord(SQLModel, table=True):
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     duration_s: float | None = None
+    #: For a setting measured by a search sweep beside a sampled trial (objectives/search_sweep.py):
+    #: that trial's number. Such trials take no slot of the study's budget.
+    swept_from: int | None = None
 
 
 class SweepRunStatus:

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, func, update
+from sqlalchemy import event, func, inspect, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
@@ -34,6 +34,9 @@ from knowledge.models import (
 )
 
 __all__ = ["TrialFilter", "TrialStore", "make_engine"]
+
+#: Tables whose columns added after their first release are added to an older store on open.
+_MIGRATED_TABLES = frozenset({"advisor_trial"})
 
 
 def make_engine(url: str, *, create_dir: bool = False) -> Engine:
@@ -108,13 +111,15 @@ class TrialStore:
         for attempt in range(attempts):
             try:
                 SQLModel.metadata.create_all(self.engine)
+                self._add_missing_columns()
                 return
             except (IntegrityError, ProgrammingError, OperationalError) as exc:
                 # SQLite says "table ... already exists", or "database is locked" while the
                 # other process switches the new file to WAL (OperationalError); PostgreSQL
                 # breaks the catalog's unique index (IntegrityError / ProgrammingError).
                 lost_race = not isinstance(exc, OperationalError) or any(
-                    why in str(exc) for why in ("already exists", "database is locked"))
+                    why in str(exc) for why in ("already exists", "database is locked",
+                                                "duplicate column"))
                 if not lost_race:
                     raise StoreError(f"cannot reach trial store {_redact(self.url)}: "
                                      f"{exc.orig}") from None
@@ -122,6 +127,25 @@ class TrialStore:
                     raise StoreError(f"cannot create the tables of trial store "
                                      f"{_redact(self.url)}: {exc.orig}") from None
                 time.sleep(0.2 * (attempt + 1))
+
+    def _add_missing_columns(self) -> None:
+        """Add the nullable columns later releases defined to a store an earlier one created
+        (``create_all`` adds tables, never columns). Another process adding the same column at
+        the same moment makes this ALTER fail as a duplicate: the caller's retry finds it."""
+        for table in SQLModel.metadata.sorted_tables:
+            if table.name not in _MIGRATED_TABLES:
+                continue
+            present = {c["name"] for c in inspect(self.engine).get_columns(table.name)}
+            for column in table.columns:
+                if column.name in present:
+                    continue
+                if not column.nullable:
+                    raise StoreError(f"trial store {_redact(self.url)} lacks the column "
+                                     f"{table.name}.{column.name}, which cannot be added")
+                kind = column.type.compile(dialect=self.engine.dialect)
+                with self.engine.begin() as conn:
+                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" '
+                                      f"{kind}"))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -220,8 +244,8 @@ class TrialStore:
                        .values(updated_at=utcnow()))
                 taken = s.exec(select(func.count()).select_from(TrialRecord).where(
                     TrialRecord.study_id == trial.study_id,
-                    col(TrialRecord.status).in_([*TrialStatus.FINISHED, TrialStatus.RUNNING]))
-                ).one()
+                    col(TrialRecord.status).in_([*TrialStatus.FINISHED, TrialStatus.RUNNING]),
+                    col(TrialRecord.swept_from).is_(None))).one()
                 if int(taken) >= budget:
                     s.rollback()
                     return None
@@ -266,13 +290,18 @@ class TrialStore:
                        engine_versions: Mapping[str, Any], details: Mapping[str, Any],
                        margins: Sequence[SLOMarginRecord], feasible: bool,
                        objective_value: float | None, duration_s: float,
-                       status: str = TrialStatus.COMPLETE) -> TrialRecord:
+                       status: str = TrialStatus.COMPLETE,
+                       config: tuple[Mapping[str, Any], str] | None = None) -> TrialRecord:
         """Record a measured trial with its SLO margins, in one transaction. ``status`` is
-        ``invalid`` for a measurement that failed its validity check (kept, never used)."""
+        ``invalid`` for a measurement that failed its validity check (kept, never used).
+        ``config`` (the config and its hash) replaces the one the trial started with: a trial
+        that swept search knobs ends as the setting it chose."""
         if status not in TrialStatus.MEASURED:
             raise ValueError(f"`status` must be one of {TrialStatus.MEASURED}, got {status!r}")
         with self.session() as s:
             trial = self._get_running(s, trial_id)
+            if config is not None:
+                trial.config, trial.config_hash = dict(config[0]), config[1]
             trial.metrics = {k: _finite_or_none(float(v)) for k, v in metrics.items()}
             trial.engine_versions = dict(engine_versions)
             trial.details = {k: _finite_or_none(v) for k, v in details.items()}
@@ -335,9 +364,12 @@ class TrialStore:
             return list(s.exec(q.order_by(col(TrialRecord.number), col(TrialRecord.id))))
 
     def count_trials(self, study_id: int, statuses: Sequence[str]) -> int:
+        """How many of the study's trials with one of ``statuses`` took a slot of its budget
+        (the settings a search sweep measured beside a trial did not)."""
         with self.session() as s:
             q = select(func.count()).select_from(TrialRecord).where(
-                TrialRecord.study_id == study_id, col(TrialRecord.status).in_(list(statuses)))
+                TrialRecord.study_id == study_id, col(TrialRecord.status).in_(list(statuses)),
+                col(TrialRecord.swept_from).is_(None))
             return int(s.exec(q).one())
 
     def list_trials(self, flt: TrialFilter | None = None) -> list[TrialRecord]:

@@ -1,9 +1,10 @@
 """Child-process entry point of one trial: ``python -m objectives.runner REQUEST RESULT``.
 
-Reads the request (target, config, workload, optional co-measured workloads, cache dir) as JSON,
-runs the target, and writes the outcome atomically to RESULT. This is the isolation boundary:
-whatever the engine raises becomes a failed outcome with its reason; a hard crash (abort,
-segfault, OOM kill) leaves no RESULT and the parent reports the exit signal and log tail instead.
+Reads the request (target, config, workload, optional co-measured workloads or a search sweep's
+knobs and time budget, cache dir) as JSON, runs the target, and writes the outcome atomically to
+RESULT. This is the isolation boundary: whatever the engine raises becomes a failed outcome with
+its reason; a hard crash (abort, segfault, OOM kill) leaves no RESULT and the parent reports the
+exit signal and log tail instead.
 """
 
 from __future__ import annotations
@@ -62,7 +63,16 @@ def main(argv: list[str] | None = None) -> int:
                      [request["workload"], *request.get("co_workloads", [])]]
         cache_dir = Path(request["cache_dir"])
         outcome: dict[str, Any]
-        if len(workloads) == 1:
+        if (sweep := request.get("sweep")) is not None:
+            if len(workloads) != 1:
+                raise ValueError("a trial sweeps its search knobs under one workload only")
+            points = target.run_sweep(request["config"], workloads[0], cache_dir,
+                                      knobs=frozenset(sweep["knobs"]),
+                                      budget_s=float(sweep["budget_s"]))
+            outcome = {"status": "complete", "measurement": points[0][1].to_dict(),
+                       "swept": [{"config": config, "measurement": m.to_dict()}
+                                 for config, m in points]}
+        elif len(workloads) == 1:
             measurement = target.run(request["config"], workloads[0], cache_dir)
             outcome = {"status": "complete", "measurement": measurement.to_dict()}
         else:

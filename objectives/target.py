@@ -125,6 +125,24 @@ class Target(ABC):
                 results.append(exc)
         return results
 
+    def swept_knobs(self) -> frozenset[str]:
+        """Search-time knobs this target measures in one trial, over one engine instance
+        (:meth:`run_sweep`), instead of having the sampler pick them: the driver samples the
+        other knobs and stores every swept setting as a trial of its own. Empty (the default):
+        every knob is sampled."""
+        return frozenset()
+
+    def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
+                  knobs: frozenset[str], budget_s: float
+                  ) -> list[tuple[dict[str, Any], Measurement]]:
+        """Measure ``config`` at several settings of ``knobs`` (some of :meth:`swept_knobs`; the
+        study may fix others), building the engine once: ``config`` holds every knob, the swept
+        ones at values to include;
+        returns each setting's full config and measurement, at least one. Stops starting new
+        settings after ``budget_s`` seconds. Called inside the isolated child, like :meth:`run`;
+        raises as :meth:`run` does when the engine cannot be built at all."""
+        raise NotImplementedError(f"target {self.name!r} sweeps no knobs")
+
     def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:
         """Adjust SLO-dependent metrics after a trial, in the driver's process (``run`` never sees
         the study's SLO). LLM targets recompute goodput for the SLO's per-request bounds here."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from advisor.errors import ConfigRejectedError, WorkloadError
 from objectives.measurement import Measurement
+from objectives.search_sweep import explore, power_ladder
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace
@@ -122,3 +123,37 @@ class ScriptedTarget(Target):
 
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         return "scripted " + " ".join(f"--{k} {v}" for k, v in config.items())
+
+
+#: The scripted sweep's quality saturates (1.0, its ceiling) from y=15 on, so larger y are pruned.
+def sweep_quality(y: int) -> float:
+    return min(1.0, math.log2(y + 1) / 4)
+
+
+class SweepingScriptedTarget(ScriptedTarget):
+    """The scripted target with ``y`` swept within each trial (objectives/search_sweep.py): every
+    setting of y's power-of-two ladder up to the first whose quality reaches the ceiling."""
+
+    name = "scripted-sweep"
+
+    def swept_knobs(self) -> frozenset[str]:
+        return frozenset({"y"})
+
+    def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
+                  knobs: frozenset[str], budget_s: float
+                  ) -> list[tuple[dict[str, Any], Measurement]]:
+        clean = self.validate_config(config)
+        if workload.params.get("fail_sweep"):
+            raise ConfigRejectedError("scripted sweep failure")
+
+        def measure(setting: dict[str, Any]) -> Measurement:
+            m = self.run({**clean, **setting}, workload, cache_dir)
+            return Measurement(m.metrics, m.engine_versions, {**m.details, "y": setting["y"]})
+
+        result = explore({"y": power_ladder(1, 64, [int(clean["y"])])}, measure,
+                         quality=lambda m: sweep_quality(int(m.details["y"])),
+                         cost=lambda m: m.metrics["p95_latency_ms"], quality_ceiling=1.0,
+                         budget_s=budget_s)
+        return [({**clean, **setting}, Measurement(
+            m.metrics, m.engine_versions, {**m.details, "search_sweep": {
+                "point": i, **result.summary()}})) for i, (setting, m) in enumerate(result.points)]

@@ -28,7 +28,7 @@ def trial_public(t: TrialRecord) -> TrialPublic:
         workload=redact_paths(t.workload_spec), workload_hash=t.workload_hash,
         hardware_key=t.hardware_key,
         engine_versions=t.engine_versions, started_at=t.started_at, finished_at=t.finished_at,
-        duration_s=t.duration_s)
+        duration_s=t.duration_s, swept_from=t.swept_from)
 
 
 @router.get("/trials", response_model=Page[TrialPublic])

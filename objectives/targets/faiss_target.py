@@ -10,6 +10,7 @@ over a few milliseconds; the details record how many queries and passes each too
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from objectives.datasets.vectors import (
     load_dataset,
 )
 from objectives.measurement import Measurement
+from objectives.search_sweep import explore, power_ladder
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace
@@ -50,6 +52,11 @@ MIN_MEASURED = 200
 MIN_MEASURE_TIME_S = 0.5
 #: Scores this close to the k-th exact score count as ties (float32 sums differ between kernels).
 TIE_EPS = 1e-5
+#: Search-time knobs one trial sweeps over its built index (objectives/search_sweep.py).
+SWEPT_KNOBS = ("nprobe", "ef_search")
+#: Settings one sweep measures at most: with two swept knobs (ivf_hnsw) the ladders' product
+#: can pass 70, and each setting is timed for >= 2 x MIN_MEASURE_TIME_S.
+MAX_SWEPT_POINTS = 12
 _BUILD_CACHE_FORMAT = 1
 
 
@@ -165,6 +172,55 @@ class FaissTarget(Target):
 
     def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
         started = time.perf_counter()
+        clean, dataset, index, build = self._built(config, workload, cache_dir)
+        return self._measured(index, clean, dataset, build, started)
+
+    def swept_knobs(self) -> frozenset[str]:
+        # Both only change how a built index searches; recall rises and speed falls with each.
+        return frozenset(SWEPT_KNOBS)
+
+    def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
+                  knobs: frozenset[str], budget_s: float
+                  ) -> list[tuple[dict[str, Any], Measurement]]:
+        """Build (or load) the index once, then measure nprobe / efSearch settings from a
+        power-of-two ladder (with ``config``'s own values), cheapest first, skipping those that
+        cannot beat the recall/throughput front measured so far."""
+        clean, dataset, index, build = self._built(config, workload, cache_dir)
+        ladders = self._ladders(clean, knobs & set(SWEPT_KNOBS))
+        if not ladders:
+            return [(clean, self._measured(index, clean, dataset, build, time.perf_counter()))]
+        cutoff = max(c for c in RECALL_CUTOFFS if c <= dataset.k)
+
+        def measure(setting: dict[str, Any]) -> Measurement:
+            point_started = time.perf_counter()
+            return self._measured(index, {**clean, **setting}, dataset, build, point_started)
+
+        result = explore(
+            ladders, measure, quality=lambda m: m.metrics[f"recall_at_{cutoff}"],
+            cost=lambda m: 1.0 / max(m.metrics["qps"], 1e-9), quality_ceiling=1.0,
+            max_points=MAX_SWEPT_POINTS, budget_s=budget_s)
+        points = []
+        for position, (setting, m) in enumerate(result.points):
+            # Each point's duration is its own measuring time; the build (or cache load) and
+            # process start are the trial's, recorded with the trial's own outcome.
+            details = {**m.details, "search_sweep": {"point": position, **result.summary()}}
+            points.append(({**clean, **setting}, dataclasses.replace(m, details=details)))
+        return points
+
+    def _ladders(self, config: Mapping[str, Any], knobs: frozenset[str]
+                 ) -> dict[str, list[int]]:
+        """The values of each active knob of ``knobs`` to try: powers of two within its bounds
+        for this config (nprobe at most nlist), with the config's own value."""
+        ladders = {}
+        for knob in self.space().active_knobs(config):
+            if knob.name in knobs:
+                low, high = knob.bounds(config)
+                ladders[knob.name] = power_ladder(int(low), int(high), [int(config[knob.name])])
+        return ladders
+
+    def _built(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path
+               ) -> tuple[dict[str, Any], VectorDataset, Any, dict[str, Any]]:
+        """The checked config, the dataset and the built (or cached) index for ``config``."""
         self.check_available()
         import faiss
 
@@ -174,6 +230,13 @@ class FaissTarget(Target):
         _check_feasible(clean, dataset.base.shape[0], dataset.dim)
         faiss.omp_set_num_threads(int(clean["threads"]))
         index, build = self._index(clean, dataset, Path(cache_dir))
+        return clean, dataset, index, build
+
+    def _measured(self, index: Any, clean: Mapping[str, Any], dataset: VectorDataset,
+                  build: Mapping[str, Any], started: float) -> Measurement:
+        """Set ``clean``'s search knobs on the built ``index`` and measure it."""
+        import faiss
+
         applied = _apply_search_params(index, clean)
         metrics, counts = _measure(index, dataset, int(clean["batch_size"]))
         metrics["index_memory_mb"] = build["index_bytes"] / 2**20

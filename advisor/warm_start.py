@@ -1,0 +1,277 @@
+"""Warm start: the configs worth measuring first in a new study, from what the store already knows.
+
+A study's question (target, SLO, objective, workload, model, hardware) may already have an answer
+in the store. A new study therefore queues, after the engine default and the caller's own
+enqueued configs and before the sampler takes over, the model-based recommendation for the
+question (when the fitted models cover it) and the best measured configs on this hardware and
+workload that meet the SLO. `advisor tune` and the API's study jobs do this through
+:func:`warm_start_hook`; sweep cells add the previous run's best on top
+(advisor/sweeps/warmstart.py).
+
+The queued configs are ordinary trials: they count towards the study's budget and, once measured,
+towards the model-based samplers' random start-up (Optuna counts every complete trial there,
+enqueued or sampled), so the sampler models the known good region sooner.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.driver import StudyDriver, StudySpec, complete_enqueued
+from advisor.errors import AdvisorError
+from advisor.objective import Objective
+from advisor.recommend import RecommendationQuery, recommend
+from advisor.settings import Settings
+from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
+from knowledge.cache import KnowledgeModels, ModelCache
+from knowledge.surrogate import workload_features
+from objectives import SLO, Workload
+from objectives.hardware import hardware_key as this_hardware
+from objectives.registry import get_target
+from objectives.workload import canonical_json
+from search_spaces import SearchSpace
+
+__all__ = [
+    "BEST_KNOWN",
+    "ROLE",
+    "StudyQuestion",
+    "WarmStartConfig",
+    "best_measured",
+    "fitted_models",
+    "knowledge_configs",
+    "queue_warm_start",
+    "study_warm_start",
+    "summary_line",
+    "unique_configs",
+    "warm_start_hook",
+]
+
+log = logging.getLogger(__name__)
+
+#: The role a warm-start trial carries in its details (next to its ``source``).
+ROLE = "warm-start"
+#: How many of the best measured configs a new `advisor tune` / API study queues.
+BEST_KNOWN = 3
+
+
+@dataclass(frozen=True)
+class StudyQuestion:
+    """What a study asks of the knowledge: a config of ``target`` meeting ``slo`` with the best
+    ``objective`` at ``workload`` (serving ``model``, if any) on hardware ``hardware_key``."""
+
+    target: str
+    slo: SLO
+    objective: Objective
+    workload: Workload
+    hardware_key: str
+    model: str | None = None
+
+    @classmethod
+    def of(cls, spec: StudySpec, hardware_key: str) -> StudyQuestion:
+        """The question a study spec asks; its model is the workload's ``model``, if any."""
+        model = spec.workload.params.get("model")
+        return cls(target=spec.target, slo=spec.slo, objective=spec.objective,
+                   workload=spec.workload, hardware_key=hardware_key,
+                   model=str(model) if model else None)
+
+    def describe(self) -> str:
+        return (f"{self.target} at {self.workload.name!r} under {self.slo} on "
+                f"{self.hardware_key}")
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """A config to enqueue, and where it came from (stored with its trial as ``source``)."""
+
+    config: dict[str, Any]
+    source: str  # "previous-run", "recommendation" or "best-known"
+
+
+def _met(trial: TrialRecord, slo: SLO) -> bool:
+    values = trial.metrics
+    return all(values.get(b.metric) is not None and b.margin(float(values[b.metric])) <= 0
+               for b in slo.bounds)
+
+
+def best_measured(trials: Iterable[TrialRecord], slo: SLO, objective: Objective, n: int
+                  ) -> list[TrialRecord]:
+    """Up to ``n`` complete trials with distinct configs that meet ``slo``, best ``objective``
+    first (invalid and failed trials never count)."""
+    met = [t for t in trials if t.status == TrialStatus.COMPLETE and _met(t, slo)
+           and t.metrics.get(objective.metric) is not None]
+    sign = -1.0 if objective.direction == "maximize" else 1.0
+    met.sort(key=lambda t: sign * float(t.metrics[objective.metric]))
+    seen: set[str] = set()
+    out = []
+    for t in met:
+        if t.config_hash not in seen:
+            seen.add(t.config_hash)
+            out.append(t)
+        if len(out) >= n:
+            break
+    return out
+
+
+def unique_configs(found: Iterable[WarmStartConfig]) -> list[WarmStartConfig]:
+    """``found`` without repeated configs, the first occurrence (and its source) kept."""
+    unique: dict[str, WarmStartConfig] = {}
+    for item in found:
+        unique.setdefault(canonical_json(item.config), item)
+    return list(unique.values())
+
+
+def knowledge_configs(store: TrialStore, question: StudyQuestion, *, use_recommendation: bool,
+                      best_known: int, models: KnowledgeModels | None
+                      ) -> list[WarmStartConfig]:
+    """The recommendation for ``question`` (when ``use_recommendation`` and the models cover
+    it; ``models`` None: fitted now) and then up to ``best_known`` best measured configs of the
+    target on this hardware and workload meeting the SLO; no config twice."""
+    found: list[WarmStartConfig] = []
+    if use_recommendation:
+        try:
+            query = RecommendationQuery(
+                target=question.target, slo=str(question.slo), hardware=question.hardware_key,
+                model=question.model, workload=workload_features(question.workload.spec),
+                objective=str(question.objective))
+            answer = recommend(store, query, models=models)
+        except AdvisorError as exc:  # the question may not be answerable yet: not an error
+            log.info("no warm-start recommendation for %s: %s", question.describe(), exc)
+        else:
+            if answer.found and answer.config is not None:
+                found.append(WarmStartConfig(dict(answer.config), "recommendation"))
+    if best_known:
+        trials = store.list_trials(TrialFilter(
+            target=question.target, status=TrialStatus.COMPLETE,
+            hardware_key=question.hardware_key, workload_hash=question.workload.spec_hash))
+        found += [WarmStartConfig(dict(t.config), "best-known")
+                  for t in best_measured(trials, question.slo, question.objective, best_known)]
+    return unique_configs(found)
+
+
+def fitted_models(store: TrialStore, settings: Settings, target: str) -> KnowledgeModels | None:
+    """The surrogate models a warm start asks the recommender with: the all-target set `advisor
+    knowledge fit` saved when it is current, else ``target``'s own as cached, even when trials
+    were stored since (fitted now only when there are none); None when they cannot be fitted.
+
+    Stale models are good enough for a first guess, and a refit before every study would cost
+    up to a minute each time; the best measured configs, which a warm start also queues, come
+    from the store as it is. `advisor recommend` and `advisor knowledge fit` refresh the cache.
+    """
+    try:
+        full = ModelCache(store, settings.cache_dir).peek()
+        if full is not None:
+            return full
+        return ModelCache(store, settings.cache_dir, target=target,
+                          shared_dir=settings.shared_model_dir).get(refit=False)
+    except AdvisorError as exc:
+        log.info("no models for %s yet: %s", target, exc)
+        return None
+
+
+def _queued_before(spec: StudySpec, space: SearchSpace) -> list[dict[str, Any]]:
+    """The configs a new study queues before the warm start, by the driver's rules
+    (``StudyDriver.run``): the engine default when included and consistent with the fixed
+    knobs, then the enqueued ones completed."""
+    default = space.default_config()
+    queued = []
+    if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
+        queued.append(default)
+    return [*queued, *complete_enqueued(space, spec.fixed, spec.enqueued)]
+
+
+def study_warm_start(store: TrialStore, settings: Settings, spec: StudySpec, *,
+                     hardware_key: str | None = None, best_known: int = BEST_KNOWN,
+                     say: Callable[[str], None] = log.info) -> list[WarmStartConfig]:
+    """The warm start of the new study ``spec`` on ``hardware_key`` (default: this machine's):
+    :func:`knowledge_configs` completed with the engine defaults and checked against the space and
+    the study's fixed knobs (one that fails is skipped, and said), without the configs the study
+    already queues, at most ``best_known`` best-known ones, and no more than its budget leaves.
+
+    The models are fitted only when the store holds complete trials of the target on this
+    hardware: without them the recommender could not answer, and a fit can take a minute.
+    """
+    question = StudyQuestion.of(spec, hardware_key or this_hardware())
+    space = get_target(spec.target).space()
+    queued = _queued_before(spec, space)
+    room = spec.n_trials - len(queued)
+    if room <= 0:
+        log.info("warm start of %s: the default and enqueued configs fill its %d trials",
+                 spec.name, spec.n_trials)
+        return []
+    on_hardware = store.count_matching(TrialFilter(
+        target=spec.target, status=TrialStatus.COMPLETE, hardware_key=question.hardware_key))
+    if not on_hardware:
+        return []
+    models = fitted_models(store, settings, spec.target)
+    # Ask for more best-known configs than are kept: some may repeat a queued config.
+    found = knowledge_configs(store, question, use_recommendation=models is not None,
+                              best_known=best_known + len(queued) + 1, models=models)
+    seen = {canonical_json(c) for c in queued}
+    kept: list[WarmStartConfig] = []
+    for item in found:
+        try:
+            (config,) = complete_enqueued(space, spec.fixed, [item.config])
+        except AdvisorError as exc:  # e.g. a knob the space no longer has, or a fixed-knob clash
+            say(_skipped(item, exc))
+            continue
+        if canonical_json(config) in seen:
+            continue
+        known = sum(k.source == "best-known" for k in kept)
+        if item.source == "best-known" and known >= best_known:
+            continue
+        seen.add(canonical_json(config))
+        kept.append(WarmStartConfig(config, item.source))
+    return kept[:room]
+
+
+def queue_warm_start(driver: StudyDriver, name: str, configs: Sequence[WarmStartConfig], *,
+                     say: Callable[[str], None] = log.info) -> list[WarmStartConfig]:
+    """Enqueue ``configs`` in study ``name`` through the driver's checked enqueue path, each with
+    role ``warm-start`` and its ``source``; one the study refuses is skipped and said. Returns
+    the ones queued."""
+    queued = []
+    for item in configs:
+        try:
+            driver.enqueue(name, [item.config], role=ROLE, attrs={"advisor_source": item.source})
+        except AdvisorError as exc:
+            say(_skipped(item, exc))
+            continue
+        queued.append(item)
+    return queued
+
+
+def _skipped(item: WarmStartConfig, exc: AdvisorError) -> str:
+    # complete_enqueued names the config's place in a list of one; here its source names it.
+    why = re.sub(r"^enqueued config 1:? ", "", str(exc))
+    return f"warm start: a {item.source} config skipped ({why})"
+
+
+def summary_line(queued: Sequence[WarmStartConfig]) -> str:
+    """One line: how many warm-start configs were queued, and from where."""
+    if not queued:
+        return "warm start: nothing to queue for this SLO, workload and hardware"
+    counts: dict[str, int] = {}
+    for item in queued:
+        counts[item.source] = counts.get(item.source, 0) + 1
+    sources = ", ".join(f"{n} {source}" for source, n in counts.items())
+    return f"warm start: {len(queued)} config(s) queued ({sources})"
+
+
+def warm_start_hook(driver: StudyDriver, spec: StudySpec, *, hardware_key: str | None = None,
+                    say: Callable[[str], None] | None = None) -> Callable[[StudyRecord], None]:
+    """The ``on_created`` callback of ``driver.run(spec)`` that warm-starts the new study: right
+    after its engine default and enqueued configs, it queues :func:`study_warm_start`'s configs
+    and says in one line how many, and from where (``say``: the driver reporter's
+    ``preparing`` unless given). A resumed study never runs it."""
+    tell = say or driver.reporter.preparing
+
+    def on_created(study: StudyRecord) -> None:
+        found = study_warm_start(driver.store, driver.settings, spec,
+                                 hardware_key=hardware_key, say=tell)
+        tell(summary_line(queue_warm_start(driver, study.name, found, say=tell)))
+
+    return on_created
