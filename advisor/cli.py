@@ -330,10 +330,10 @@ def tune_cmd(
              "--trials and the sampler's random start-up; --resume never adds them.")] = True,
     search_sweep: Annotated[bool, typer.Option(
         help="Where the target can (faiss: nprobe, efSearch), each trial builds once and "
-             "sweeps the search-time knobs, skipping settings that cannot beat the "
-             "quality/speed front; every setting is stored as a trial of its own, outside the "
-             "--trials budget, which then counts the sampled configs. Off: every knob is "
-             "sampled, one setting per trial. Fixed by the study when it is created.")] = True,
+             "sweeps the search-time knobs, timing the cheapest setting per quality level; "
+             "every setting is stored as a trial of its own, outside the --trials budget, "
+             "which then counts the sampled configs. Off (the default): every knob is "
+             "sampled, one setting per trial. Fixed by the study when it is created.")] = False,
     paired_repeats: Annotated[int | None, typer.Option(
         min=0, max=50, help="After the search, measure the best config and the engine default "
         "this many times each, interleaved, and report their paired comparison (0: off; else "

@@ -39,7 +39,7 @@ from optuna.trial import TrialState
 from advisor import __version__, pairing
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
 from advisor.inputs import check_label
-from advisor.isolation import TrialOutcome, run_isolated
+from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
 from advisor.objective import Objective
 from advisor.samplers import SAMPLERS, make_sampler
 from advisor.sampling import suggest_config, swept_params
@@ -107,8 +107,9 @@ class StudySpec:
     #: interleaved, and store their paired comparison (None: ``Settings.paired_repeats``).
     paired_repeats: int | None = None
     #: Let a target that sweeps search-time knobs in one trial do so (Target.swept_knobs): the
-    #: sampler then picks only the other knobs. Off: every knob is sampled, a setting per trial.
-    search_sweep: bool = True
+    #: sampler then picks only the other knobs. Off (the default until it measures better on
+    #: the quickstart, docs/benchmarks.md): every knob is sampled, a setting per trial.
+    search_sweep: bool = False
 
     def __post_init__(self) -> None:
         if self.n_trials < 1:
@@ -720,7 +721,10 @@ class StudyDriver:
                 ostudy.enqueue_trial(dict(otrial.params), user_attrs=dict(otrial.user_attrs))
             return None
         try:
-            outcome = self._run_isolated(spec, rec, config, companions, sweep=swept)
+            outcome = self._run_isolated(
+                spec, rec, config, companions,
+                sweep=SweepRequest(swept, _SWEEP_BUDGET_SHARE * self.settings.trial_timeout_s,
+                                   str(spec.slo), include_own=bool(role)) if swept else None)
         except KeyboardInterrupt:
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
@@ -739,7 +743,7 @@ class StudyDriver:
 
     def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
                       companions: Sequence[_Companion] = (), *,
-                      sweep: frozenset[str] = frozenset()) -> TrialOutcome:
+                      sweep: SweepRequest | None = None) -> TrialOutcome:
         """Run the trial's child process, beating the store's heartbeat; an interrupt (Ctrl-C,
         or SIGTERM turned into one) records the trial as interrupted and propagates."""
         last_beat = time.monotonic()
@@ -756,8 +760,7 @@ class StudyDriver:
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
-                sweep=((sweep, _SWEEP_BUDGET_SHARE * self.settings.trial_timeout_s) if sweep
-                       else None),
+                sweep=sweep,
             )
         except KeyboardInterrupt as exc:
             # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.

@@ -38,8 +38,8 @@ from objectives.measurement import Measurement
 from objectives.processes import die_with_parent, kill_process_group
 from objectives.workload import Workload
 
-__all__ = ["MEMORY_POLL_S", "TrialOutcome", "remove_orphaned_scratch", "run_isolated",
-           "tree_rss_mb"]
+__all__ = ["MEMORY_POLL_S", "SweepRequest", "TrialOutcome", "remove_orphaned_scratch",
+           "run_isolated", "tree_rss_mb"]
 
 _LOG_TAIL_CHARS = 4000
 
@@ -64,6 +64,24 @@ class TrialOutcome:
     @property
     def ok(self) -> bool:
         return self.status == "complete" and self.measurement is not None
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What a trial that sweeps search knobs is asked to do (:meth:`Target.run_sweep`)."""
+
+    knobs: frozenset[str]
+    #: Seconds after which no new setting is started.
+    budget_s: float
+    #: The study's SLO, which may steer which settings are timed.
+    slo: str
+    #: Whether the config's own values of the knobs are a setting to measure (a queued config);
+    #: a sampled config's are only the knobs' defaults.
+    include_own: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knobs": sorted(self.knobs), "budget_s": self.budget_s, "slo": self.slo,
+                "include_own": self.include_own}
 
 
 #: How often the trial's resident memory is read when it has a limit.
@@ -142,14 +160,14 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
                  on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
                  env: Mapping[str, str] | None = None,
                  co_workloads: Sequence[Workload] = (),
-                 sweep: tuple[frozenset[str], float] | None = None) -> TrialOutcome:
+                 sweep: SweepRequest | None = None) -> TrialOutcome:
     """Run ``target`` on ``config`` in a child process and return its outcome.
 
     ``co_workloads`` are measured after ``workload`` in the same child with the same config
     (:meth:`Target.run_series`: a server target starts its engine once for all of them); their
-    outcomes come back in :attr:`TrialOutcome.co_measured`. With ``sweep`` (knobs, seconds) the
-    child sweeps those knobs instead (:meth:`Target.run_sweep`), starting no new setting after
-    that many seconds; the settings come back in :attr:`TrialOutcome.swept`.
+    outcomes come back in :attr:`TrialOutcome.co_measured`. With ``sweep`` the child sweeps
+    its knobs instead (:meth:`Target.run_sweep`), starting no new
+    setting after that many seconds; the settings come back in :attr:`TrialOutcome.swept`.
 
     ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
@@ -162,8 +180,7 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
         request.write_text(json.dumps({
             "target": target, "config": dict(config), "workload": workload.spec,
             "co_workloads": [w.spec for w in co_workloads], "cache_dir": str(cache_dir),
-            "sweep": None if sweep is None else {"knobs": sorted(sweep[0]),
-                                                 "budget_s": sweep[1]},
+            "sweep": None if sweep is None else sweep.to_json(),
         }))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         with log.open("wb") as log_file:

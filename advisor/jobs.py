@@ -184,7 +184,7 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     warm = request.get("warm_start", True)
     if not isinstance(warm, bool):
         raise InputError(f"`warm_start` must be true or false, but got {warm!r}")
-    sweep = request.get("search_sweep", True)
+    sweep = request.get("search_sweep", False)
     if not isinstance(sweep, bool):
         raise InputError(f"`search_sweep` must be true or false, but got {sweep!r}")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
@@ -214,7 +214,7 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         enqueued=tuple(dict(c) for c in request.get("enqueue") or ()),
         paired_repeats=request.get("paired_repeats"),
         # Requests stored before `search_sweep` existed get the API's default.
-        search_sweep=bool(request.get("search_sweep", True)))
+        search_sweep=bool(request.get("search_sweep", False)))
     return spec, bool(request.get("resume"))
 
 

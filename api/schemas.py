@@ -210,11 +210,11 @@ class StudyCreate(BaseModel):
                     "does; a resumed study never gets them again")
 
     search_sweep: bool = Field(
-        default=True,
+        default=False,
         description="where the target can (faiss: nprobe, efSearch), each trial builds once and "
                     "sweeps the search-time knobs, storing every setting as a trial of its own "
-                    "outside the `trials` budget, as `advisor tune` does; false: every knob is "
-                    "sampled")
+                    "outside the `trials` budget, as `advisor tune --search-sweep` does; false "
+                    "(the default): every knob is sampled")
 
     @field_validator("paired_repeats")
     @classmethod

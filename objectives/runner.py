@@ -19,6 +19,7 @@ from typing import Any
 
 from advisor.errors import AdvisorError, ConfigRejectedError, EngineStartError
 from objectives.registry import get_target
+from objectives.slo import parse_slo
 from objectives.workload import Workload
 
 __all__ = ["main"]
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("a trial sweeps its search knobs under one workload only")
             points = target.run_sweep(request["config"], workloads[0], cache_dir,
                                       knobs=frozenset(sweep["knobs"]),
-                                      budget_s=float(sweep["budget_s"]))
+                                      budget_s=float(sweep["budget_s"]),
+                                      slo=parse_slo(sweep["slo"]) if sweep.get("slo") else None,
+                                      include_own=bool(sweep.get("include_own", True)))
             outcome = {"status": "complete", "measurement": points[0][1].to_dict(),
                        "swept": [{"config": config, "measurement": m.to_dict()}
                                  for config, m in points]}

@@ -9,7 +9,11 @@ knobs, the target builds once and calls :func:`explore` here, and every measured
 stored as a trial of its own.
 
 The ladders are monotone by declaration: a larger value of every swept knob never lowers the
-quality and never lowers the cost. A setting is then skipped when a setting already measured is
+quality and never lowers the cost. Where quality can be computed cheaply without timing anything
+(recall from one search pass), :func:`explore_by_quality` first computes it for the ladder and
+times only the cheapest setting reaching each quality level that matters (the study's SLO bound,
+the target's tiers, the best quality reached): any other setting is slower for no gain at those
+levels. A setting is then skipped when a setting already measured is
 at least as good as the best it could be (quality at most that of the cheapest measured setting
 above it, or the declared ceiling; cost at least that of the dearest measured setting below it).
 """
@@ -22,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["ExploreResult", "explore", "power_ladder"]
+__all__ = ["ExploreResult", "explore", "explore_by_quality", "power_ladder"]
 
 M = TypeVar("M")
 
@@ -103,3 +107,59 @@ def _dominated(idx: tuple[int, ...], measured: Sequence[tuple[tuple[int, ...], f
     below = [c for other, _, c in measured if all(o <= i for o, i in zip(other, idx, strict=True))]
     least_cost = max(below) if below else 0.0
     return any(q >= best_quality and c <= least_cost for _, q, c in measured)
+
+
+def explore_by_quality(ladders: Mapping[str, Sequence[Any]], measure: Callable[[dict[str, Any]], M],
+                       probe: Callable[[dict[str, Any]], float], *,
+                       quality_levels: Sequence[float], include: Mapping[str, Any] | None = None,
+                       quality_ceiling: float | None = None, max_probes: int = 48,
+                       max_points: int = 12, budget_s: float = 60.0) -> ExploreResult[M]:
+    """Probe settings' quality cheaply (``probe``, cheapest first), skipping those above a
+    cheaper setting that reached the highest of ``quality_levels`` (or ``quality_ceiling``),
+    then time (``measure``) the cheapest setting reaching each level — or, when none reaches
+    any, the best one probed — and ``include`` (the trial's own setting) when it was probed.
+    Settings past the highest level are slower for no gain at any level and never timed.
+    "Cheapest" is the ladder order (sum of positions): exact for one ladder, the usual proxy for
+    two. Settings not timed count as pruned."""
+    if not ladders:
+        raise ValueError("explore_by_quality needs at least one ladder")
+    names = list(ladders)
+    grids = [list(ladders[n]) for n in names]
+    order = sorted(itertools.product(*(range(len(g)) for g in grids)),
+                   key=lambda idx: (sum(idx), idx))
+    deadline = time.monotonic() + budget_s
+    top = min([max(quality_levels)] if quality_levels else [], default=quality_ceiling)
+    if quality_ceiling is not None and top is not None:
+        top = min(top, quality_ceiling)
+    probed: list[tuple[tuple[int, ...], float]] = []
+    for idx in order[:max_probes]:
+        if top is not None and any(
+                q >= top and all(o <= i for o, i in zip(other, idx, strict=True))
+                for other, q in probed):
+            continue  # a cheaper setting already reached the highest level
+        probed.append((idx, float(probe(_setting(names, grids, idx)))))
+    chosen: list[tuple[int, ...]] = []
+    best = max(q for _, q in probed)
+    reached = {v for v in quality_levels if v <= best}
+    for level in sorted(reached or {best}):
+        first = next(idx for idx, q in probed if q >= level)
+        if first not in chosen:
+            chosen.append(first)
+    if include:
+        own = tuple(g.index(include[n]) if include.get(n) in g else -1
+                    for n, g in zip(names, grids, strict=True))
+        if own in {idx for idx, _ in probed} and own not in chosen:
+            chosen.append(own)
+    chosen.sort(key=lambda idx: (sum(idx), idx))
+    points: list[tuple[dict[str, Any], M]] = []
+    for position, idx in enumerate(chosen):
+        if points and (len(points) >= max_points or time.monotonic() >= deadline):
+            return ExploreResult(points, len(order) - len(chosen), len(chosen) - position)
+        setting = _setting(names, grids, idx)
+        points.append((setting, measure(setting)))
+    return ExploreResult(points, len(order) - len(chosen), 0)
+
+
+def _setting(names: Sequence[str], grids: Sequence[Sequence[Any]], idx: tuple[int, ...]
+             ) -> dict[str, Any]:
+    return {n: g[i] for n, g, i in zip(names, grids, idx, strict=True)}

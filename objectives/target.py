@@ -133,14 +133,15 @@ class Target(ABC):
         return frozenset()
 
     def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
-                  knobs: frozenset[str], budget_s: float
-                  ) -> list[tuple[dict[str, Any], Measurement]]:
+                  knobs: frozenset[str], budget_s: float, slo: SLO | None = None,
+                  include_own: bool = True) -> list[tuple[dict[str, Any], Measurement]]:
         """Measure ``config`` at several settings of ``knobs`` (some of :meth:`swept_knobs`; the
         study may fix others), building the engine once: ``config`` holds every knob, the swept
-        ones at values to include;
-        returns each setting's full config and measurement, at least one. Stops starting new
-        settings after ``budget_s`` seconds. Called inside the isolated child, like :meth:`run`;
-        raises as :meth:`run` does when the engine cannot be built at all."""
+        ones at values to measure too when ``include_own``. Returns each setting's full config
+        and measurement, at least one. Stops starting new settings after ``budget_s`` seconds.
+        The study's ``slo`` may steer which settings are worth timing (those reaching its
+        quality bounds), never how one is measured. Called inside the isolated child, like
+        :meth:`run`; raises as :meth:`run` does when the engine cannot be built at all."""
         raise NotImplementedError(f"target {self.name!r} sweeps no knobs")
 
     def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:

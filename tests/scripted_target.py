@@ -140,8 +140,8 @@ class SweepingScriptedTarget(ScriptedTarget):
         return frozenset({"y"})
 
     def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
-                  knobs: frozenset[str], budget_s: float
-                  ) -> list[tuple[dict[str, Any], Measurement]]:
+                  knobs: frozenset[str], budget_s: float, slo: Any = None,
+                  include_own: bool = True) -> list[tuple[dict[str, Any], Measurement]]:
         clean = self.validate_config(config)
         if workload.params.get("fail_sweep"):
             raise ConfigRejectedError("scripted sweep failure")

@@ -31,7 +31,8 @@ from objectives.datasets.vectors import (
     load_dataset,
 )
 from objectives.measurement import Measurement
-from objectives.search_sweep import explore, power_ladder
+from objectives.search_sweep import explore_by_quality, power_ladder
+from objectives.slo import SLO
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace
@@ -54,6 +55,9 @@ MIN_MEASURE_TIME_S = 0.5
 TIE_EPS = 1e-5
 #: Search-time knobs one trial sweeps over its built index (objectives/search_sweep.py).
 SWEPT_KNOBS = ("nprobe", "ef_search")
+#: Recall levels a sweep times the cheapest setting of (with the study's own recall bound): the
+#: cheat-sheet's quality tiers; a setting between two levels is slower for no gain at either.
+RECALL_LEVELS = (0.8, 0.9, 0.95, 0.99)
 #: Settings one sweep measures at most: with two swept knobs (ivf_hnsw) the ladders' product
 #: can pass 70, and each setting is timed for >= 2 x MIN_MEASURE_TIME_S.
 MAX_SWEPT_POINTS = 12
@@ -180,13 +184,16 @@ class FaissTarget(Target):
         return frozenset(SWEPT_KNOBS)
 
     def run_sweep(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path, *,
-                  knobs: frozenset[str], budget_s: float
-                  ) -> list[tuple[dict[str, Any], Measurement]]:
-        """Build (or load) the index once, then measure nprobe / efSearch settings from a
-        power-of-two ladder (with ``config``'s own values), cheapest first, skipping those that
-        cannot beat the recall/throughput front measured so far."""
+                  knobs: frozenset[str], budget_s: float, slo: SLO | None = None,
+                  include_own: bool = True) -> list[tuple[dict[str, Any], Measurement]]:
+        """Build (or load) the index once; compute recall (one untimed search pass) for the
+        nprobe / efSearch settings of a power-of-two ladder (with ``config``'s own values),
+        cheapest first, up to the first reaching 1.0; then time, as any trial, the cheapest
+        setting reaching each recall level that matters (the SLO's recall bound, the tiers
+        0.8 / 0.9 / 0.95 / 0.99, the best recall reached) and, with ``include_own``,
+        ``config``'s own setting."""
         clean, dataset, index, build = self._built(config, workload, cache_dir)
-        ladders = self._ladders(clean, knobs & set(SWEPT_KNOBS))
+        ladders = self._ladders(clean, knobs & set(SWEPT_KNOBS), include_own)
         if not ladders:
             return [(clean, self._measured(index, clean, dataset, build, time.perf_counter()))]
         cutoff = max(c for c in RECALL_CUTOFFS if c <= dataset.k)
@@ -195,9 +202,20 @@ class FaissTarget(Target):
             point_started = time.perf_counter()
             return self._measured(index, {**clean, **setting}, dataset, build, point_started)
 
-        result = explore(
-            ladders, measure, quality=lambda m: m.metrics[f"recall_at_{cutoff}"],
-            cost=lambda m: 1.0 / max(m.metrics["qps"], 1e-9), quality_ceiling=1.0,
+        queries = np.ascontiguousarray(dataset.queries)
+
+        def probe(setting: dict[str, Any]) -> float:
+            _apply_search_params(index, {**clean, **setting})
+            _, found = index.search(queries, dataset.k)
+            return _recall(found, dataset, cutoff)
+
+        metric = f"recall_at_{cutoff}"
+        levels = [*RECALL_LEVELS, *(b.threshold for b in (slo.bounds if slo else ())
+                                    if b.metric == metric and b.op == ">=")]
+        result = explore_by_quality(
+            ladders, measure, probe, quality_levels=levels,
+            include={k: clean[k] for k in ladders} if include_own else None,
+            quality_ceiling=1.0,
             max_points=MAX_SWEPT_POINTS, budget_s=budget_s)
         points = []
         for position, (setting, m) in enumerate(result.points):
@@ -207,15 +225,16 @@ class FaissTarget(Target):
             points.append(({**clean, **setting}, dataclasses.replace(m, details=details)))
         return points
 
-    def _ladders(self, config: Mapping[str, Any], knobs: frozenset[str]
+    def _ladders(self, config: Mapping[str, Any], knobs: frozenset[str], include_own: bool
                  ) -> dict[str, list[int]]:
         """The values of each active knob of ``knobs`` to try: powers of two within its bounds
-        for this config (nprobe at most nlist), with the config's own value."""
+        for this config (nprobe at most nlist), with the config's own value if asked."""
         ladders = {}
         for knob in self.space().active_knobs(config):
             if knob.name in knobs:
                 low, high = knob.bounds(config)
-                ladders[knob.name] = power_ladder(int(low), int(high), [int(config[knob.name])])
+                own = [int(config[knob.name])] if include_own else []
+                ladders[knob.name] = power_ladder(int(low), int(high), own)
         return ladders
 
     def _built(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path

@@ -31,7 +31,8 @@ def test_tune_trials_recommend_on_real_faiss(env: dict[str, str]) -> None:
     # Only this study's trials: the shipped FAISS trials may come from this very CPU model.
     env = {**env, "ADVISOR_IMPORT_SHIPPED": "false"}
     tune = advisor("tune", "--target", "faiss", "--workload", "stdlib-docs-2k", "--slo", SLO,
-                   "--trials", "8", "--seed", "0", "--name", "e2e", "--json", env=env)
+                   "--trials", "8", "--seed", "0", "--name", "e2e", "--search-sweep", "--json",
+                   env=env)
     assert tune.returncode == 0, tune.stderr
     summary = json.loads(tune.stdout)
     # 8 sampled configs; each trial swept nprobe / efSearch over its build, and every setting it
