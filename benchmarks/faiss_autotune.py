@@ -224,7 +224,8 @@ def autotune_factory(factory: str, dataset: VectorDataset, *, polysemous: bool,
 # -- the advisor's study -----------------------------------------------------------------------
 
 
-def tune_command(name: str, slo: str, trials: int, seed: int | None) -> list[str]:
+def tune_command(name: str, slo: str, trials: int, seed: int | None,
+                 extra: Sequence[str] = ()) -> list[str]:
     cmd = [sys.executable, "-m", "advisor", "tune", "--target", "faiss", "--name", name,
            "--slo", slo, "--objective", "maximize:qps", "--trials", str(trials),
            # The benchmark re-measures the winners itself; the study's own paired check would
@@ -232,14 +233,15 @@ def tune_command(name: str, slo: str, trials: int, seed: int | None) -> list[str
            "--paired-repeats", "0", "--json"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    return cmd
+    return [*cmd, *extra]
 
 
 def run_study(name: str, slo: str, budget_s: float, trials: int, seed: int | None,
-              env: Mapping[str, str], log_dir: Path, db_url: str) -> StudyRun:
+              env: Mapping[str, str], log_dir: Path, db_url: str,
+              extra: Sequence[str] = ()) -> StudyRun:
     """Run one ``advisor tune`` until it finishes or ``budget_s`` passes (then SIGTERM), and read
     the trials it completed before the deadline from its store."""
-    cmd = tune_command(name, slo, trials, seed)
+    cmd = tune_command(name, slo, trials, seed, extra)
     print(f"advisor: {' '.join(cmd[1:])} (budget {budget_s:.1f} s)", file=sys.stderr)
     deadline = datetime.now(UTC) + timedelta(seconds=budget_s)
     started = time.perf_counter()
@@ -524,6 +526,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-target", action="store_true",
                         help="run one study per recall target (SLO recall_at_10>=target), each "
                              "with budget / number of targets, instead of one study")
+    parser.add_argument("--tune-arg", action="append", default=[],
+                        help="an extra `advisor tune` argument (repeatable), e.g. "
+                             "--tune-arg=--search-sweep")
     parser.add_argument("--seed", type=int, default=0,
                         help="advisor sampler seed; default: %(default)s")
     parser.add_argument("--import-shipped", action="store_true",
@@ -610,7 +615,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             slo = args.slo or f"{RECALL_METRIC}>={targets[0]:g}"
             plan = [(f"faiss-autotune-{stamp}", slo, budget_s)]
-        studies = [run_study(name, slo, b, args.trials, args.seed, env, work, db_url)
+        studies = [run_study(name, slo, b, args.trials, args.seed, env, work, db_url,
+                             args.tune_arg)
                    for name, slo, b in plan]
         hashes = {h for s in studies for h in s.data_hashes}
         if hashes - {dataset.data_hash}:
