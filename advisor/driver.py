@@ -702,13 +702,8 @@ class StudyDriver:
         for key, value in otrial.user_attrs.items():  # e.g. where a warm start found the config
             if key.startswith("advisor_") and key not in ("advisor_role", "advisor_requeued_from"):
                 details[key.removeprefix("advisor_")] = value
-        record = TrialRecord(
-            study_id=study.id or 0, number=otrial.number, optuna_trial_id=otrial._trial_id,
-            target=spec.target, config=config, config_hash=_config_hash(config),
-            workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
-            hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
-            details=details,
-        )
+        record = _trial_record(spec, study.id or 0, otrial.number, otrial._trial_id, config, hw,
+                               details)
         if budget is None:
             rec = self.store.start_trial(record)
         elif (claimed := self.store.claim_trial(record, budget)) is not None:
@@ -819,13 +814,9 @@ class StudyDriver:
                 user_attrs={"advisor_swept_from": otrial.number},
                 constraints_key=DASHBOARD_CONSTRAINTS_KEY)
             trial_id = storage.create_new_trial(study_id, template_trial=template)
-            point = self.store.start_trial(TrialRecord(
-                study_id=rec.study_id, number=storage.get_trial_number_from_id(trial_id),
-                optuna_trial_id=trial_id, target=spec.target, config=config,
-                config_hash=_config_hash(config), workload_spec=spec.workload.spec,
-                workload_hash=spec.workload.spec_hash, hardware=rec.hardware,
-                hardware_key=rec.hardware_key, advisor_version=__version__,
-                details=point_details, swept_from=otrial.number))
+            point = self.store.start_trial(_trial_record(
+                spec, rec.study_id, storage.get_trial_number_from_id(trial_id), trial_id, config,
+                rec.hardware, point_details, swept_from=otrial.number))
             self._store_outcome(spec, point, TrialOutcome("complete", m, duration_s=m.duration_s),
                                 point_details)
         return stored
@@ -838,13 +829,8 @@ class StudyDriver:
         ostudy.enqueue_trial(params)
         otrial = ostudy.ask()
         suggest_config(otrial, space)  # replays the enqueued params into the trial
-        rec = self.store.start_trial(TrialRecord(
-            study_id=companion.study.id or 0, number=otrial.number,
-            optuna_trial_id=otrial._trial_id, target=spec.target, config=config,
-            config_hash=_config_hash(config), workload_spec=spec.workload.spec,
-            workload_hash=spec.workload.spec_hash, hardware=dict(hw),
-            hardware_key=str(hw["key"]), advisor_version=__version__, details=dict(details),
-        ))
+        rec = self.store.start_trial(_trial_record(
+            spec, companion.study.id or 0, otrial.number, otrial._trial_id, config, hw, details))
         return self._record(spec, ostudy, otrial, rec, outcome, details)
 
     def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
@@ -918,12 +904,9 @@ class StudyDriver:
             rec = self.store.restart_trial(existing.id or 0)
         else:
             hw = fingerprint()
-            claimed = self.store.claim_trial(TrialRecord(
-                study_id=study.id or 0, number=number, optuna_trial_id=optuna_trial_id,
-                target=spec.target, config=dict(config), config_hash=_config_hash(config),
-                workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
-                hardware=hw, hardware_key=str(hw["key"]), advisor_version=__version__,
-                details=dict(details)), study.n_trials)
+            claimed = self.store.claim_trial(_trial_record(
+                spec, study.id or 0, number, optuna_trial_id, config, hw, details),
+                study.n_trials)
             if claimed is None:
                 log.info("study %s: trial %d not run, the budget of %d is taken", study_name,
                          number, study.n_trials)
@@ -1009,6 +992,19 @@ def describe_optuna_study(ostudy: optuna.Study, spec: StudySpec) -> None:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             ostudy.set_metric_names([spec.objective.metric])
+
+
+def _trial_record(spec: StudySpec, study_id: int, number: int, optuna_trial_id: int,
+                  config: Mapping[str, Any], hardware: Mapping[str, Any],
+                  details: Mapping[str, Any], swept_from: int | None = None) -> TrialRecord:
+    """A new trial row of ``spec``'s study (not yet stored): the config with its hash, the
+    study's workload, the hardware fingerprint and its key, this advisor's version."""
+    return TrialRecord(
+        study_id=study_id, number=number, optuna_trial_id=optuna_trial_id, target=spec.target,
+        config=dict(config), config_hash=_config_hash(config), workload_spec=spec.workload.spec,
+        workload_hash=spec.workload.spec_hash, hardware=dict(hardware),
+        hardware_key=str(hardware["key"]), advisor_version=__version__, details=dict(details),
+        swept_from=swept_from)
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:

@@ -77,9 +77,7 @@ def explore(ladders: Mapping[str, Sequence[Any]], measure: Callable[[dict[str, A
     grids = [list(ladders[n]) for n in names]
     if any(not g for g in grids):
         raise ValueError("every ladder needs at least one value")
-    # Cheapest first: by the sum of ladder positions, then lexicographically.
-    order = sorted(itertools.product(*(range(len(g)) for g in grids)),
-                   key=lambda idx: (sum(idx), idx))
+    order = _cheapest_first(grids)
     measured: list[tuple[tuple[int, ...], float, float]] = []
     points: list[tuple[dict[str, Any], M]] = []
     pruned = 0
@@ -90,7 +88,7 @@ def explore(ladders: Mapping[str, Sequence[Any]], measure: Callable[[dict[str, A
         if _dominated(idx, measured, quality_ceiling):
             pruned += 1
             continue
-        setting = {n: g[i] for n, g, i in zip(names, grids, idx, strict=True)}
+        setting = _setting(names, grids, idx)
         result = measure(setting)
         measured.append((idx, float(quality(result)), float(cost(result))))
         points.append((setting, result))
@@ -125,8 +123,7 @@ def explore_by_quality(ladders: Mapping[str, Sequence[Any]], measure: Callable[[
         raise ValueError("explore_by_quality needs at least one ladder")
     names = list(ladders)
     grids = [list(ladders[n]) for n in names]
-    order = sorted(itertools.product(*(range(len(g)) for g in grids)),
-                   key=lambda idx: (sum(idx), idx))
+    order = _cheapest_first(grids)
     deadline = time.monotonic() + budget_s
     top = min([max(quality_levels)] if quality_levels else [], default=quality_ceiling)
     if quality_ceiling is not None and top is not None:
@@ -150,7 +147,7 @@ def explore_by_quality(ladders: Mapping[str, Sequence[Any]], measure: Callable[[
                     for n, g in zip(names, grids, strict=True))
         if own in {idx for idx, _ in probed} and own not in chosen:
             chosen.append(own)
-    chosen.sort(key=lambda idx: (sum(idx), idx))
+    chosen.sort(key=_cost_rank)
     points: list[tuple[dict[str, Any], M]] = []
     for position, idx in enumerate(chosen):
         if points and (len(points) >= max_points or time.monotonic() >= deadline):
@@ -158,6 +155,16 @@ def explore_by_quality(ladders: Mapping[str, Sequence[Any]], measure: Callable[[
         setting = _setting(names, grids, idx)
         points.append((setting, measure(setting)))
     return ExploreResult(points, len(order) - len(chosen), 0)
+
+
+def _cost_rank(idx: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """Cheapest first: by the sum of ladder positions, then lexicographically."""
+    return sum(idx), idx
+
+
+def _cheapest_first(grids: Sequence[Sequence[Any]]) -> list[tuple[int, ...]]:
+    """Every setting's ladder positions, cheapest first."""
+    return sorted(itertools.product(*(range(len(g)) for g in grids)), key=_cost_rank)
 
 
 def _setting(names: Sequence[str], grids: Sequence[Sequence[Any]], idx: tuple[int, ...]

@@ -5,37 +5,21 @@ not a boolean is a 422."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from advisor.driver import StudyDriver, StudySpec
 from advisor.objective import Objective
 from advisor.settings import Settings
 from advisor.worker import Worker
-from api import create_app
 from knowledge import TrialFilter, TrialRecord, TrialStore
 from knowledge.models import JobStatus
 from objectives import parse_slo
-from tests.api.conftest import AUTH, KEY, make_settings
+from tests.api.conftest import AUTH
 from tests.scripted_target import ScriptedTarget
 
 GOOD = {"x": 0.6, "y": 16, "mode": "a"}  # better than the default, inside the default SLO
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(f"sqlite:///{tmp_path / 'api.db'}", tmp_path, api_key=SecretStr(KEY))
-
-
-@pytest.fixture
-def api(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
-        yield c
 
 
 def _run(api: TestClient, settings: Settings, **body: Any) -> list[TrialRecord]:
@@ -53,7 +37,10 @@ def _run(api: TestClient, settings: Settings, **body: Any) -> list[TrialRecord]:
     return sorted(trials, key=lambda t: t.number)
 
 
-def test_study_jobs_warm_start_unless_told_not_to(api: TestClient, settings: Settings) -> None:
+def test_study_jobs_warm_start_unless_told_not_to(client: TestClient, keyed_settings: Settings
+                                                  ) -> None:
+    # The API's keyed client and its settings (tests/api/conftest.py).
+    api, settings = client, keyed_settings
     bad = api.post("/v1/studies", json={"target": "scripted", "warm_start": "maybe"},
                    headers=AUTH)
     assert bad.status_code == 422 and "warm_start" in bad.text
