@@ -213,6 +213,12 @@ class _Companion:
     ostudy: optuna.Study
 
 
+def default_agrees(default: Mapping[str, Any], fixed: Mapping[str, Any]) -> bool:
+    """Whether the engine default is consistent with a study's fixed knobs (only then is it
+    measured in that study): every fixed knob the default sets has the fixed value."""
+    return all(default.get(k, v) == v for k, v in fixed.items())
+
+
 def complete_enqueued(space: SearchSpace, fixed: Mapping[str, Any],
                       enqueued: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each enqueued (possibly partial) config completed with the engine defaults and checked
@@ -313,7 +319,7 @@ class StudyDriver:
             ostudy.set_user_attr(_SWEPT_ATTR, swept)
         default = target.space().default_config()
         # With fixed knobs the engine default is measured only where it agrees with them.
-        if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
+        if spec.include_default and default_agrees(default, spec.fixed):
             # default_config() holds exactly the active knobs, which is what the sampler replays.
             ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
         for config in enqueued:
@@ -631,7 +637,7 @@ class StudyDriver:
             skip = "no measured config met the SLO"
         elif best.config == default:
             skip = "the best feasible config is the engine default"
-        elif not all(default.get(k, v) == v for k, v in fixed.items()):
+        elif not default_agrees(default, fixed):
             skip = f"the engine default contradicts the study's fixed knobs {dict(fixed)}"
         elif engine_default is not None and engine_default.status == TrialStatus.FAILED:
             skip = f"the engine default failed ({engine_default.error_type})"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.driver import StudyDriver, StudySpec, complete_enqueued
+from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_agrees
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from advisor.recommend import RecommendationQuery, recommend
@@ -178,7 +178,7 @@ def _queued_before(spec: StudySpec, space: SearchSpace) -> list[dict[str, Any]]:
     knobs, then the enqueued ones completed."""
     default = space.default_config()
     queued = []
-    if spec.include_default and all(default.get(k, v) == v for k, v in spec.fixed.items()):
+    if spec.include_default and default_agrees(default, spec.fixed):
         queued.append(default)
     return [*queued, *complete_enqueued(space, spec.fixed, spec.enqueued)]
 
