@@ -37,7 +37,8 @@ from knowledge.surrogate import (
 __all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key"]
 
 log = logging.getLogger(__name__)
-CACHE_FORMAT = 3  # bump whenever a pickled class changes shape (3: noise_sd_)
+#: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes).
+CACHE_FORMAT = 4
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 

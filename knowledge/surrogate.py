@@ -207,7 +207,12 @@ def derived_features(config: Mapping[str, Any], workload: Mapping[str, float]
     """Products and ratios that serving costs are proportional to, so a (log-)linear model can
     use them directly: vectors scanned per query (N·nprobe/nlist), the share of lists probed,
     PQ code size, queries per thread per call; tokens/s and prefill tokens/s the arrival process
-    demands, and sequences allowed per arriving request/s."""
+    demands, and sequences allowed per arriving request/s.
+
+    For vector search also the per-query work, summed over the stages a query goes through (see
+    :func:`_search_work`): the stages add up, so no product of knobs (a straight line in log
+    space) describes the total, and one work figure lets index families share one cost law.
+    """
     out: dict[str, float] = {}
     nlist, nprobe, n = _num(config.get("nlist")), _num(config.get("nprobe")), \
         _num(workload.get("n_vectors"))
@@ -220,6 +225,9 @@ def derived_features(config: Mapping[str, Any], workload: Mapping[str, float]
         out["pq_code_bits"] = m * bits
     if (batch := _num(config.get("batch_size"))) and (threads := _num(config.get("threads"))):
         out["batch_per_thread"] = batch / threads
+        # Searches run one query per thread: a call of fewer queries than threads leaves some idle.
+        out["busy_threads"] = min(batch, threads)
+    out.update(_search_work(config, workload, out.get("scanned_vectors")))
     rate = _num(workload.get("rate_rps"))
     if rate:
         if out_len := _num(workload.get("output_len")):
@@ -228,6 +236,72 @@ def derived_features(config: Mapping[str, Any], workload: Mapping[str, float]
             out["demand_prefill_tokens_per_s"] = rate * in_len
         if seqs := _num(config.get("max_num_seqs")):
             out["seqs_per_rate"] = seqs / rate
+    return out
+
+
+def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
+                 scanned: float | None) -> dict[str, float]:
+    """Per-query work of an (IVF and/or HNSW, flat or PQ) vector index, from the knobs present.
+
+    A query's time is a *sum* over its stages, each with its own cost per unit; the log of a sum
+    is not linear in the logs of the knobs, so the stages' work and their total are features:
+
+    - ``graph_visits``: distances an HNSW search computes, ~ max(ef_search, wanted) · 2·hnsw_m
+      (the bottom layer keeps up to 2M neighbours per node; wanted = k, or nprobe when the graph
+      is an IVF index's coarse quantizer), at most the graph's size (N, or nlist under IVF).
+    - ``coarse_distances``: distances that pick the lists to probe: nlist for a flat coarse
+      quantizer, ``graph_visits`` for an HNSW one; ``distance_evals``: those plus the vectors
+      scanned (an HNSW index alone: its graph visits).
+    - With ``dim``, multiply-adds per stage: ``work_graph`` (graph_visits · dim),
+      ``work_coarse`` (nlist · dim), ``work_flat_scan`` (scanned · dim for full vectors),
+      ``work_codes`` (scanned · pq_m table look-ups for byte-aligned PQ codes;
+      ``work_packed_codes`` for 4- or 6-bit codes, which are unpacked first: another cost per
+      look-up), ``work_pq_table`` (the 2^pq_nbits · dim look-up table a query builds), and the
+      fixed costs per probed list (``work_lists`` = nprobe) and per candidate vector
+      (``work_vectors`` = scanned: heap and id bookkeeping); ``query_work`` is their
+      multiply-add total.
+    """
+    out: dict[str, float] = {}
+    nlist, nprobe = _num(config.get("nlist")), _num(config.get("nprobe"))
+    n, k, dim = _num(workload.get("n_vectors")), _num(workload.get("k")), \
+        _num(workload.get("dim"))
+    ef, hnsw_m = _num(config.get("ef_search")), _num(config.get("hnsw_m"))
+    pq_m, bits = _num(config.get("pq_m")), _num(config.get("pq_nbits"))
+    visits: float | None = None
+    if ef and hnsw_m:
+        wanted = (nprobe if nlist else k) or 0.0
+        visits = max(ef, wanted) * 2 * hnsw_m
+        if graph := nlist or n:
+            visits = min(visits, graph)
+        out["graph_visits"] = visits
+    ivf = nlist is not None and nprobe is not None and scanned is not None
+    if ivf:
+        coarse = visits if visits is not None else float(nlist or 0.0)
+        out["coarse_distances"] = coarse
+        out["distance_evals"] = coarse + float(scanned or 0.0)
+    elif visits is not None:
+        out["distance_evals"] = visits
+    if not dim:
+        return out
+    terms: dict[str, float] = {}
+    if visits is not None:
+        terms["graph"] = visits * dim
+    if ivf and nlist and nprobe and scanned:
+        if visits is None:
+            terms["coarse"] = nlist * dim
+        terms["lists"] = nprobe
+        terms["vectors"] = scanned
+        if pq_m and bits:
+            # Byte-aligned codes (8 bits per sub-quantizer) index the look-up table directly;
+            # packed ones (4, 6 bits) are unpacked first: a different cost per code.
+            terms["codes" if bits % 8 == 0 else "packed_codes"] = scanned * pq_m
+            terms["pq_table"] = 2**bits * dim
+        else:
+            terms["flat_scan"] = scanned * dim
+    if terms:
+        multiply_adds = ("graph", "coarse", "flat_scan", "codes", "packed_codes", "pq_table")
+        out["query_work"] = sum(terms.get(t, 0.0) for t in multiply_adds)
+        out.update({f"work_{t}": v for t, v in terms.items()})
     return out
 
 
@@ -304,9 +378,25 @@ def _impute(X: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(X), -10.0, X)
 
 
+#: Distinct rows each side of a 0/1 column needs before that category gets its own slopes.
+_MIN_ROWS_PER_SLOPE_SET = 20
+
+
 class _LinearBase:
     """Ridge regression on standardised features; a missing (inactive) knob becomes 0 plus an
-    indicator column, so index families without a knob still get a fit."""
+    indicator column, so index families without a knob still get a fit.
+
+    Each 0/1 column (a one-hot category such as ``index_type=hnsw``, or a boolean knob) also
+    gets its own slope for every other feature: each index family follows its own power law
+    (nlist costs an IVF-flat index centroid distances, an IVF-HNSW one graph hops) instead of
+    one compromise slope shared across families.
+
+    Standardised features are clipped to the training range widened by its own width on either
+    side: a column seen at almost one value in a (bootstrap) sample gets a tiny spread, and
+    without the clip a held-out value far from it makes the linear part explode (a 400-fold
+    log error was seen on the shipped FAISS data). Measured-neighbour extrapolation up to one
+    range width beyond the training data is kept.
+    """
 
     def fit(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> _LinearBase:
         from sklearn.linear_model import Ridge
@@ -317,14 +407,54 @@ class _LinearBase:
             self.mean_ = np.nan_to_num(np.nanmean(np.where(np.isfinite(X), X, np.nan), axis=0))
             std = np.nan_to_num(np.nanstd(np.where(np.isfinite(X), X, np.nan), axis=0))
         self.std_ = np.where(std > 0, std, 1.0)
-        model = Ridge(alpha=1.0).fit(self._design(X), y, sample_weight=w)
-        self.coef_, self.intercept_ = np.asarray(model.coef_), float(model.intercept_)
+        finite = np.where(np.isfinite(X), X, np.nan)
+        zero_one = [j for j in range(X.shape[1]) if set(
+            np.unique(finite[~np.isnan(finite[:, j]), j]).tolist()) == {0.0, 1.0}]
+        self.slopes_ = [j for j in range(X.shape[1]) if j not in zero_one]
+        # A category gets slopes of its own only where both sides of it hold enough distinct
+        # rows to fit them: with a few configs (the H200 contexts) they would only overfit.
+        need = max(_MIN_ROWS_PER_SLOPE_SET, len(self.slopes_))
+        self.indicators_ = [j for j in zero_one if all(
+            len(np.unique(finite[finite[:, j] == side], axis=0)) >= need for side in (0.0, 1.0))]
+        self.lo_, self.hi_ = np.full(X.shape[1], -np.inf), np.full(X.shape[1], np.inf)
+        Z = self._standardised(X)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, hi = np.nanmin(Z, axis=0), np.nanmax(Z, axis=0)
+        width = np.nan_to_num(hi - lo)
+        self.lo_, self.hi_ = np.nan_to_num(lo) - width, np.nan_to_num(hi) + width
+        design = self._design(X)
+        # Slopes of a knob inside a category it never applies to are all 0: leave them out, so
+        # the ridge solves for as few columns as carry information.
+        self.keep_ = np.flatnonzero(np.any(design != 0, axis=0))
+        self.coef_ = np.zeros(design.shape[1])
+        if len(self.keep_) == 0:
+            # Every row alike (one config at one workload): the fit is the weighted mean.
+            self.intercept_ = float(np.average(y, weights=w))
+            return self
+        model = Ridge(alpha=1.0).fit(design[:, self.keep_], y, sample_weight=w)
+        self.coef_[self.keep_] = np.asarray(model.coef_)
+        self.intercept_ = float(model.intercept_)
         return self
+
+    def _standardised(self, X: np.ndarray) -> np.ndarray:
+        """(X - mean) / std, clipped to the widened training range (NaN stays NaN)."""
+        Z = (X - self.mean_) / self.std_
+        # Models pickled before the clip and the per-category slopes carry neither attribute.
+        lo, hi = getattr(self, "lo_", None), getattr(self, "hi_", None)
+        out: np.ndarray = Z if lo is None or hi is None else np.clip(Z, lo, hi)
+        return out
 
     def _design(self, X: np.ndarray) -> np.ndarray:
         missing = np.isnan(X)
-        Z = np.where(missing, 0.0, (X - self.mean_) / self.std_)
-        return np.hstack([Z, missing.astype(float)])
+        Z = np.where(missing, 0.0, self._standardised(X))
+        parts = [Z, missing.astype(float)]
+        indicators: list[int] = getattr(self, "indicators_", [])
+        if indicators:
+            ind = np.nan_to_num(X[:, indicators])
+            slopes = Z[:, self.slopes_]
+            parts.extend(slopes * ind[:, [k]] for k in range(len(indicators)))
+        return np.hstack(parts)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         out: np.ndarray = self._design(X) @ self.coef_ + self.intercept_
@@ -408,23 +538,28 @@ class IntervalRegressor:
         """Members fitted on bootstrap samples of *groups* (configs), so a config's repeats are
         in or out together; returns the members and each member's in-bag row mask."""
         from sklearn.tree import DecisionTreeRegressor
+        from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
         rng = np.random.default_rng(self.random_state)
         uniq, inverse = np.unique(g, return_inverse=True)
         members: list[Any] = []
         in_bag = np.zeros((self.n_trees, len(y)), dtype=bool)
         linear = self.family == "linear-forest"
-        for b in range(self.n_trees):
-            counts = np.bincount(rng.integers(0, len(uniq), len(uniq)), minlength=len(uniq))
-            weight = counts[inverse].astype(float)
-            rows = weight > 0
-            base = _LinearBase().fit(X[rows], y[rows], weight[rows]) if linear else None
-            resid = y[rows] - (base.predict(X[rows]) if base is not None else 0.0)
-            tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
-                                         random_state=int(rng.integers(2**31)))
-            tree.fit(X[rows], resid, sample_weight=weight[rows])
-            members.append((base, tree))
-            in_bag[b] = rows
+        # The ridge solves are ~100 x 100: BLAS threads only add their start-up and, on a busy
+        # machine, waits for a core (a solve took 20 ms with them, 0.3 ms without).
+        with threadpool_limits(limits=1, user_api="blas"):
+            for b in range(self.n_trees):
+                counts = np.bincount(rng.integers(0, len(uniq), len(uniq)),
+                                     minlength=len(uniq))
+                weight = counts[inverse].astype(float)
+                rows = weight > 0
+                base = _LinearBase().fit(X[rows], y[rows], weight[rows]) if linear else None
+                resid = y[rows] - (base.predict(X[rows]) if base is not None else 0.0)
+                tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
+                                             random_state=int(rng.integers(2**31)))
+                tree.fit(X[rows], resid, sample_weight=weight[rows])
+                members.append((base, tree))
+                in_bag[b] = rows
         return members, in_bag
 
     @staticmethod

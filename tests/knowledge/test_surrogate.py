@@ -188,3 +188,92 @@ def test_fresh_stores_fitting_at_once_fit_the_shared_content_once(
         t.join(timeout=120)
     assert len(results) == 2 and len(fits) == 1, fits
     assert results[0].fitted_at == results[1].fitted_at
+
+
+def test_search_work_features_follow_the_index_structure() -> None:
+    from knowledge.surrogate import derived_features
+
+    wl = {"n_vectors": 8000.0, "dim": 384.0, "k": 10.0}
+    flat = derived_features({"index_type": "ivf_flat", "nlist": 100, "nprobe": 4,
+                             "batch_size": 1, "threads": 2}, wl)
+    assert flat["scanned_vectors"] == 320.0 and flat["busy_threads"] == 1.0
+    assert flat["coarse_distances"] == 100.0 and flat["distance_evals"] == 420.0
+    assert flat["work_coarse"] == 100 * 384 and flat["work_flat_scan"] == 320 * 384
+    assert flat["query_work"] == 420 * 384 and flat["work_lists"] == 4.0
+    pq8 = derived_features({"nlist": 100, "nprobe": 4, "pq_m": 48, "pq_nbits": 8}, wl)
+    assert pq8["work_codes"] == 320 * 48 and pq8["work_pq_table"] == 256 * 384
+    assert "work_flat_scan" not in pq8 and "work_packed_codes" not in pq8
+    assert pq8["query_work"] == 100 * 384 + 320 * 48 + 256 * 384
+    pq6 = derived_features({"nlist": 100, "nprobe": 4, "pq_m": 48, "pq_nbits": 6}, wl)
+    assert pq6["work_packed_codes"] == 320 * 48 and "work_codes" not in pq6
+    # HNSW: max(ef, k) candidates of 2M neighbours, at most the graph's N nodes.
+    hnsw = derived_features({"ef_search": 64, "hnsw_m": 16, "batch_size": 8, "threads": 2}, wl)
+    assert hnsw["graph_visits"] == 64 * 32 and hnsw["query_work"] == 64 * 32 * 384
+    assert derived_features({"ef_search": 5, "hnsw_m": 4}, wl)["graph_visits"] == 10 * 8
+    assert derived_features({"ef_search": 400, "hnsw_m": 32}, wl)["graph_visits"] == 8000
+    # IVF-HNSW: the graph indexes nlist centroids and must return nprobe of them.
+    ivf_hnsw = derived_features({"nlist": 500, "nprobe": 50, "ef_search": 16, "hnsw_m": 4}, wl)
+    assert ivf_hnsw["graph_visits"] == 50 * 8 and ivf_hnsw["coarse_distances"] == 400
+    assert "work_coarse" not in ivf_hnsw and ivf_hnsw["work_graph"] == 400 * 384
+    # Only what the inputs allow: no dim, no multiply-adds; no knobs of an index, nothing.
+    assert "query_work" not in derived_features({"nlist": 100, "nprobe": 4},
+                                                {"n_vectors": 8000.0})
+    assert derived_features({"max_num_seqs": 64}, {"rate_rps": 8.0}) == {"seqs_per_rate": 8.0}
+
+
+def _family_surface(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two categories (one-hot columns) whose log cost follows different power laws in x."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 3, size=(n, 2))
+    fam = rng.integers(0, 2, n)
+    y = np.where(fam == 1, 1.5 * x[:, 0] + 0.2 * x[:, 1], 0.2 * x[:, 0] - 1.0 * x[:, 1])
+    X = np.column_stack([x, fam == 1, fam == 0]).astype(float)
+    return X, y + rng.normal(0, 0.02, n)
+
+
+def test_linear_forest_fits_a_power_law_per_category() -> None:
+    from knowledge.surrogate import _LinearBase
+
+    X, y = _family_surface(120, 0)
+    Xt, yt = _family_surface(200, 1)
+    base = _LinearBase().fit(X, y, np.ones(len(y)))
+    assert base.indicators_ == [2, 3]
+    # One shared slope per feature leaves errors of ~0.5 in log space; per-category slopes
+    # recover both laws.
+    assert float(np.mean(np.abs(base.predict(Xt) - yt))) < 0.1
+    reg = IntervalRegressor().fit(X, y)
+    assert float(np.mean(np.abs(reg.predict(Xt) - yt))) < 0.1
+
+
+def test_linear_base_does_not_explode_on_a_column_seen_at_one_value() -> None:
+    from knowledge.surrogate import _LinearBase
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, 60)
+    rare = np.full(60, np.nan)
+    rare[:3] = [2.0, 2.0 + 1e-6, 2.0]  # present in three rows, at (almost) one value
+    X = np.column_stack([x, rare])
+    y = 2 * x + rng.normal(0, 0.01, 60)
+    base = _LinearBase().fit(X, y, np.ones(60))
+    far = np.array([[0.5, 9.0]])  # a held-out value far outside the seen one
+    assert abs(float(base.predict(far)[0]) - 1.0) < 1.0
+
+
+def test_a_category_of_few_distinct_rows_gets_no_slopes_of_its_own() -> None:
+    """Two configs at many rates (the H200 contexts): per-category slopes would overfit."""
+    from knowledge.surrogate import _LinearBase
+
+    X, y = _family_surface(120, 0)
+    X[X[:, 2] == 1.0, 0] = 1.0  # category 1: one x0 value ...
+    X[X[:, 2] == 1.0, 1] = np.round(X[X[:, 2] == 1.0, 1])  # ... and four of x1: <= 4 rows
+    base = _LinearBase().fit(X, y, np.ones(len(y)))
+    assert base.indicators_ == []
+
+
+def test_a_fit_over_identical_rows_is_their_mean() -> None:
+    """One config at one workload: nothing varies, and the linear part is the weighted mean."""
+    from knowledge.surrogate import _LinearBase
+
+    X = np.ones((4, 3))
+    base = _LinearBase().fit(X, np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 5.0]))
+    assert base.predict(np.ones((1, 3)))[0] == pytest.approx((1 + 2 + 3 + 4 * 5) / 8)
