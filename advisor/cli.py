@@ -39,9 +39,17 @@ from advisor.cli_support import (
     usage_message,
 )
 from advisor.cli_views import baseline_text, paired_table
-from advisor.driver import SAMPLERS, CoMeasured, StudyDriver, StudyResult, StudySpec
+from advisor.driver import (
+    DEFAULT_SAMPLER,
+    SAMPLERS,
+    CoMeasured,
+    StudyDriver,
+    StudyResult,
+    StudySpec,
+)
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
+from advisor.headroom import Headroom
 from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
@@ -55,6 +63,7 @@ from advisor.recommend import (
     recommend_measured,
     trial_model,
 )
+from advisor.samplers import MAX_STARTUP, STARTUP_TRIALS
 from advisor.settings import Settings, default_db_url
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
@@ -297,9 +306,14 @@ def tune_cmd(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
                                  "n_base=5000.")] = None,
     sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLERS))
-                       ] = "tpe",
+                       ] = DEFAULT_SAMPLER,
     seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
                     ] = None,
+    startup_trials: Annotated[int | None, typer.Option(
+        min=1, max=MAX_STARTUP,
+        help=f"Trials the tpe and gp samplers draw at random before they model, the engine "
+             f"default and warm-start configs included (default {STARTUP_TRIALS}; Optuna's own "
+             "is 10). Kept by the study for --resume.")] = None,
     trial_timeout: Annotated[float | None, typer.Option(
         "--trial-timeout", callback=positive,
         help="Kill and fail a trial after this many seconds; each trial has its own limit "
@@ -383,8 +397,9 @@ def tune_cmd(
             if also_rate and [c.name for c in co_measured] != stored_co:
                 raise AdvisorError(f"--resume of study {study_name!r} with other --also-rate "
                                    f"values: it is measured with {stored_co or 'no other study'}")
-            if enqueue:
-                raise AdvisorError(f"--enqueue applies when a study starts; study {study_name!r} "
+            if enqueue or startup_trials is not None:
+                flag = "--enqueue" if enqueue else "--startup-trials"
+                raise AdvisorError(f"{flag} applies when a study starts; study {study_name!r} "
                                    "exists (start a new one with another --name)")
             result = driver.resume(study_name, trials, paired_repeats=paired_repeats)
         else:
@@ -392,7 +407,8 @@ def tune_cmd(
                 err.print(f"no study named {study_name!r} yet: starting it")
             spec = StudySpec(
                 name=study_name, target=target, slo=slo_obj, objective=obj, workload=wl,
-                n_trials=trials, sampler=sampler, seed=seed, include_default=include_default,
+                n_trials=trials, sampler=sampler, seed=seed, startup_trials=startup_trials,
+                include_default=include_default,
                 co_measured=co_measured, enqueued=_enqueued(enqueue or []),
                 paired_repeats=paired_repeats, search_sweep=search_sweep)
             result = driver.run(spec, on_created=warm_start_hook(driver, spec) if warm_start
@@ -785,6 +801,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
         table.add_row(m, _interval(p), f"{bound.op} {bound.threshold:g}" if bound else "",
                       f"{-margin:.1%} headroom" if margin is not None else "")
     out.print(table)
+    _print_quality_headroom(rec.quality_headroom)
     out.print(f"Confidence: [bold]{rec.confidence}[/bold] ({rec.confidence_reason})")
     same = [e for e in rec.evidence if e.same_config]
     out.print(f"Evidence: {len(rec.evidence)} nearest measured trials"
@@ -797,6 +814,17 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
     out.print("Launch:")
     out.print(rec.launch_command or "(no launch command)", markup=False, highlight=False,
               soft_wrap=True)
+
+
+def _print_quality_headroom(headroom: dict[str, Headroom]) -> None:
+    """One line per quality bound whose metric can differ between builds of one config."""
+    for h in headroom.values():
+        if h.measured:
+            out.print(f"Rebuild margin on {h.metric}: {h.value:.4g} kept on its SLO bound "
+                      f"({h.basis}).", soft_wrap=True)
+        else:
+            out.print(f"[yellow]Rebuild margin on {h.metric}: {h.basis}[/yellow]; the answer keeps "
+                      "no margin for it.", soft_wrap=True)
 
 
 def _print_tune_command(command: str | None, why: str, model: str | None = None) -> None:
@@ -888,6 +916,7 @@ def _print_recommendation(rec: Recommendation) -> None:
             row.append(_fmt(rec.default_trial.metrics.get(m)))
         table.add_row(*row)
     out.print(table)
+    _print_quality_headroom(rec.quality_headroom)
     out.print(f"Evidence: {rec.feasible_count} of {rec.considered} measured trials meet the SLO "
               f"on {asked}" + (" (at the borrowed workload)" if rec.borrowed_workload else "")
               + ".", soft_wrap=True)

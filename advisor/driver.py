@@ -38,10 +38,11 @@ from optuna.trial import TrialState
 
 from advisor import __version__, pairing
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
+from advisor.headroom import FRESH_BUILD
 from advisor.inputs import check_label
 from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
 from advisor.objective import Objective
-from advisor.samplers import SAMPLERS, make_sampler
+from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS, make_sampler
 from advisor.sampling import suggest_config, swept_params
 from advisor.settings import Settings, check_paired_repeats
 from advisor.swept_trials import chosen_point, constraint_attrs, swept_trial_template
@@ -57,14 +58,16 @@ from objectives.target import Target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
-__all__ = ["DASHBOARD_CONSTRAINTS_KEY", "SAMPLERS", "CoMeasured", "JoinResult", "StudyDriver",
-           "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
+__all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
+           "StudyDriver", "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
            "describe_optuna_study", "failure_streak", "tell_constraints"]
 
 log = logging.getLogger(__name__)
 _DEFAULT_ROLE = "engine-default"
 _ENQUEUED_ROLE = "enqueued"
 _FIXED_ATTR = "advisor_fixed"
+#: Optuna study attribute: the random start-up length of the study's model-based sampler.
+_STARTUP_ATTR = "advisor_startup_trials"
 #: Optuna study attribute: the knobs each trial sweeps (absent or empty: none, all sampled).
 _SWEPT_ATTR = "advisor_search_sweep"
 #: Share of the trial timeout a search sweep may spend starting new settings.
@@ -93,8 +96,11 @@ class StudySpec:
     objective: Objective
     workload: Workload
     n_trials: int
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     seed: int | None = None
+    #: Random trials a model-based sampler (tpe, gp) takes before it models, queued ones
+    #: included (None: what the study started with, else ``samplers.STARTUP_TRIALS``).
+    startup_trials: int | None = None
     include_default: bool = True
     #: Studies measured in the same trials under other workloads (see the module docstring).
     co_measured: tuple[CoMeasured, ...] = ()
@@ -121,6 +127,9 @@ class StudySpec:
                 raise StudyError(str(exc)) from None
         if self.sampler not in SAMPLERS:
             raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
+        if self.startup_trials is not None and not 1 <= self.startup_trials <= MAX_STARTUP:
+            raise StudyError(f"`1 <= startup_trials <= {MAX_STARTUP}` must hold, but got "
+                             f"startup_trials={self.startup_trials}")
         if not self.name or len(self.name) > 200:
             raise StudyError("a study name must have 1 to 200 characters")
         check_label(self.name, "a study name")
@@ -478,10 +487,12 @@ class StudyDriver:
         seed = None if spec.seed is None else spec.seed + done
         storage = optuna_storage(self.store.url)
         fixed = dict(spec.fixed)
-        with contextlib.suppress(KeyError):  # on resume: the fixed knobs the study started with
-            fixed = {**optuna.load_study(study_name=spec.name, storage=storage)
-                     .user_attrs.get(_FIXED_ATTR, {}), **fixed}
-        sampler = make_sampler(spec.sampler, seed)
+        started: dict[str, Any] = {}
+        with contextlib.suppress(KeyError):  # on resume: what the study started with
+            started = optuna.load_study(study_name=spec.name, storage=storage).user_attrs
+        fixed = {**started.get(_FIXED_ATTR, {}), **fixed}
+        startup = int(spec.startup_trials or started.get(_STARTUP_ATTR) or STARTUP_TRIALS)
+        sampler = make_sampler(spec.sampler, seed, n_startup_trials=startup)
         if fixed:
             sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
         ostudy = optuna.create_study(
@@ -489,6 +500,7 @@ class StudyDriver:
             sampler=sampler, load_if_exists=True,
         )
         describe_optuna_study(ostudy, spec)
+        ostudy.set_user_attr(_STARTUP_ATTR, startup)
         return ostudy
 
     def _recording_study(self, spec: StudySpec) -> optuna.Study:
@@ -705,6 +717,13 @@ class StudyDriver:
             details["role"] = role
         if (requeued := otrial.user_attrs.get("advisor_requeued_from")) is not None:
             details["requeued_from_trial"] = requeued
+        # The study's paired re-measurement builds afresh where a build can change quality: its
+        # repeats are then rebuilds too, which the recommender's quality headroom is measured
+        # from. A sweep's repeats (drift against the previous run) keep the cached build.
+        fresh_build = (repeat and role != pairing.SWEEP_REPEAT_ROLE
+                       and bool(target.rebuild_varying_metrics))
+        if fresh_build:
+            details[FRESH_BUILD] = True
         for key, value in otrial.user_attrs.items():  # e.g. where a warm start found the config
             if key.startswith("advisor_") and key not in ("advisor_role", "advisor_requeued_from"):
                 details[key.removeprefix("advisor_")] = value
@@ -725,7 +744,8 @@ class StudyDriver:
             outcome = self._run_isolated(
                 spec, rec, config, companions,
                 sweep=SweepRequest(swept, _SWEEP_BUDGET_SHARE * self.settings.trial_timeout_s,
-                                   str(spec.slo), include_own=bool(role)) if swept else None)
+                                   str(spec.slo), include_own=bool(role)) if swept else None,
+                fresh_build=fresh_build)
         except KeyboardInterrupt:
             ostudy.tell(otrial, state=TrialState.FAIL)
             raise
@@ -744,7 +764,8 @@ class StudyDriver:
 
     def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
                       companions: Sequence[_Companion] = (), *,
-                      sweep: SweepRequest | None = None) -> TrialOutcome:
+                      sweep: SweepRequest | None = None, fresh_build: bool = False
+                      ) -> TrialOutcome:
         """Run the trial's child process, beating the store's heartbeat; an interrupt (Ctrl-C,
         or SIGTERM turned into one) records the trial as interrupted and propagates."""
         last_beat = time.monotonic()
@@ -761,7 +782,7 @@ class StudyDriver:
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
-                sweep=sweep,
+                sweep=sweep, fresh_build=fresh_build,
             )
         except KeyboardInterrupt as exc:
             # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.

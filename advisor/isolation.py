@@ -160,7 +160,8 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
                  on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
                  env: Mapping[str, str] | None = None,
                  co_workloads: Sequence[Workload] = (),
-                 sweep: SweepRequest | None = None) -> TrialOutcome:
+                 sweep: SweepRequest | None = None, fresh_build: bool = False
+                 ) -> TrialOutcome:
     """Run ``target`` on ``config`` in a child process and return its outcome.
 
     ``co_workloads`` are measured after ``workload`` in the same child with the same config
@@ -168,6 +169,8 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
     outcomes come back in :attr:`TrialOutcome.co_measured`. With ``sweep`` the child sweeps
     its knobs instead (:meth:`Target.run_sweep`), starting no new
     setting after that many seconds; the settings come back in :attr:`TrialOutcome.swept`.
+    With ``fresh_build`` the child builds the config anew instead of reusing a cached build
+    (:attr:`Target.reuse_builds`), so the trial measures a build of its own.
 
     ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
@@ -180,7 +183,7 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
         request.write_text(json.dumps({
             "target": target, "config": dict(config), "workload": workload.spec,
             "co_workloads": [w.spec for w in co_workloads], "cache_dir": str(cache_dir),
-            "sweep": None if sweep is None else sweep.to_json(),
+            "sweep": None if sweep is None else sweep.to_json(), "fresh_build": fresh_build,
         }))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         with log.open("wb") as log_file:

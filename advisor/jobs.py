@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from advisor.driver import SAMPLERS, StudyDriver, StudySpec, complete_enqueued
+from advisor.driver import DEFAULT_SAMPLER, SAMPLERS, StudyDriver, StudySpec, complete_enqueued
 from advisor.errors import (
     AdvisorError,
     InputError,
@@ -173,13 +173,17 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
     n_trials = int(request.get("trials", 30))
     if not 1 <= n_trials <= MAX_TRIALS:
         raise StudyError(f"`1 <= trials <= {MAX_TRIALS}` must hold, but got trials={n_trials}")
-    sampler = str(request.get("sampler", "tpe"))
+    sampler = str(request.get("sampler", DEFAULT_SAMPLER))
     if sampler not in SAMPLERS:
         raise StudyError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     name = request.get("name") or default_study_name(target_name, wl, str(slo), str(objective))
     if request.get("name"):
         check_study_name(name)
     seed = request.get("seed")
+    startup = request.get("startup_trials")
+    if startup is not None and request.get("resume"):
+        raise StudyError("`startup_trials` applies when a study starts; it cannot go with "
+                         "`resume`")
     paired = request.get("paired_repeats")
     warm = request.get("warm_start", True)
     if not isinstance(warm, bool):
@@ -189,13 +193,14 @@ def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
         raise InputError(f"`search_sweep` must be true or false, but got {sweep!r}")
     spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
                      n_trials=n_trials, sampler=sampler, seed=None if seed is None else int(seed),
+                     startup_trials=None if startup is None else int(startup),
                      include_default=bool(request.get("include_default", True)), fixed=fixed,
                      enqueued=tuple(enqueued),
                      paired_repeats=None if paired is None else int(paired), search_sweep=sweep)
     normalised = {
         "target": target_name, "slo": str(slo), "objective": str(objective),
         "workload": wl.spec, "fixed": fixed, "enqueue": enqueued, "trials": n_trials,
-        "sampler": sampler,
+        "sampler": sampler, "startup_trials": spec.startup_trials,
         "seed": spec.seed, "include_default": spec.include_default, "name": name,
         "resume": bool(request.get("resume", False)), "paired_repeats": spec.paired_repeats,
         "warm_start": warm, "search_sweep": sweep,
@@ -210,6 +215,7 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         objective=Objective.parse(request["objective"]),
         workload=Workload.from_spec(request["workload"]), n_trials=int(request["trials"]),
         sampler=request["sampler"], seed=request["seed"],
+        startup_trials=request.get("startup_trials"),
         include_default=bool(request["include_default"]), fixed=dict(request.get("fixed") or {}),
         enqueued=tuple(dict(c) for c in request.get("enqueue") or ()),
         paired_repeats=request.get("paired_repeats"),

@@ -31,6 +31,7 @@ from advisor.baseline import (
     paired_between,
 )
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
+from advisor.headroom import Headroom, margins_with_headroom, measured_headroom
 from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
@@ -87,6 +88,9 @@ class Recommendation:
     workload: dict[str, float] = field(default_factory=dict)
     borrowed_workload: dict[str, Any] | None = None
     reason: str | None = None
+    #: The margin kept on each quality bound whose metric can differ between builds of one
+    #: config (advisor/headroom.py): a trial meets the SLO only with that margin to spare.
+    quality_headroom: dict[str, Headroom] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -115,6 +119,7 @@ class Recommendation:
             "tune_command": self.tune_command,
             "answer": self.answer,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "quality_headroom": {m: h.to_dict() for m, h in self.quality_headroom.items()},
         }
 
 
@@ -185,12 +190,14 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                       f"models: {', '.join(measured_models) or 'none'})")
             return replace(answer, reason=reason + _untunable(model), tune_command=tune)
     usable, borrowed = _nearest_workload(usable, asked)
+    headroom = measured_headroom(usable, _rebuild_varying(engine, slo))
+    answer = replace(answer, quality_headroom=headroom)
     best: TrialRecord | None = None
     closest: TrialRecord | None = None
     closest_violation = float("inf")
     feasible = 0
     for t in usable:
-        margins = slo.margins(t.metrics)
+        margins = margins_with_headroom(slo, t.metrics, headroom)
         if all(m <= 0 for m in margins.values()):
             feasible += 1
             if best is None or objective.is_better(float(t.metrics[objective.metric]),
@@ -203,11 +210,33 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     if best is not None:
         launch = engine.launch_command(best.config, Workload.from_spec(best.workload_spec))
         return _versus_default(store, engine, replace(
-            answer, trial=best, margins=slo.margins(best.metrics), launch_command=launch,
-            default_trial=_engine_default_for(usable, best)))
+            answer, trial=best, margins=margins_with_headroom(slo, best.metrics, headroom),
+            launch_command=launch, default_trial=_engine_default_for(usable, best)))
     return replace(answer, closest=closest,
-                   closest_margins=slo.margins(closest.metrics) if closest else {},
+                   closest_margins=(margins_with_headroom(slo, closest.metrics, headroom)
+                                    if closest else {}),
                    tune_command=tune, reason=_untunable(model).removeprefix("; ") or None)
+
+
+def _context_headroom(store: TrialStore, ctx: ContextModels, engine: Target, slo: SLO
+                      ) -> dict[str, Headroom]:
+    """The quality headroom over the trials the context's models were fitted on."""
+    metrics = _rebuild_varying(engine, slo)
+    if not metrics:
+        return {}
+    ids = set(ctx.trial_ids)
+    trials = store.list_trials(TrialFilter(target=engine.name, status=TrialStatus.COMPLETE,
+                                           hardware_key=ctx.key.hardware_key))
+    return measured_headroom([t for t in trials if t.id in ids], metrics)
+
+
+def _rebuild_varying(engine: Target, slo: SLO) -> list[str]:
+    """The SLO's metrics that can differ between builds of one config on ``engine``."""
+    return [m for m in dict.fromkeys(slo.metrics) if m in engine.rebuild_varying_metrics]
+
+
+def _meets(slo: SLO, metrics: Mapping[str, float], headroom: Mapping[str, Headroom]) -> bool:
+    return all(m <= 0 for m in margins_with_headroom(slo, metrics, headroom).values())
 
 
 def _untunable(model: str | None) -> str:
@@ -247,7 +276,8 @@ def _versus_default(store: TrialStore, engine: Target, answer: Recommendation
         objective=answer.objective, slo=answer.slo, candidate_config=best.config,
         candidate_figures={m: float(best.metrics[m]) for m in metrics if m in best.metrics},
         default_config=None if default is None else default.config, default_figures=figures,
-        default_meets_slo=answer.slo.is_met(figures) if default is not None else None,
+        default_meets_slo=(_meets(answer.slo, figures, answer.quality_headroom)
+                           if default is not None else None),
         default_objective_values=[float(t.metrics[answer.objective.metric]) for t in defaults
                                   if t.metrics.get(answer.objective.metric) is not None],
         paired=None if default is None else paired_between(
@@ -260,8 +290,9 @@ def _versus_default(store: TrialStore, engine: Target, answer: Recommendation
     # When the best is itself the default, it stays: it is the measurement that met the SLO.
     if verdict.answer == "keep_defaults" and default is not None and verdict.basis != "is_default":
         launch = engine.launch_command(default.config, Workload.from_spec(default.workload_spec))
-        answer = replace(answer, trial=default, margins=answer.slo.margins(default.metrics),
-                         launch_command=launch)
+        answer = replace(answer, trial=default, launch_command=launch,
+                         margins=margins_with_headroom(answer.slo, default.metrics,
+                                                       answer.quality_headroom))
     return answer
 
 
@@ -388,6 +419,9 @@ class ModelRecommendation:
     answer: Answer = "none"
     #: The best candidate against the engine default at this workload (advisor/baseline.py).
     baseline: DefaultComparison | None = None
+    #: The margin kept on quality bounds whose metric can differ between builds of one config,
+    #: measured from rebuilds in the context's trials (advisor/headroom.py).
+    quality_headroom: dict[str, Headroom] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -414,16 +448,19 @@ class ModelRecommendation:
             "measured_alternative": self.measured_alternative,
             "answer": self.answer,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "quality_headroom": {m: h.to_dict() for m, h in self.quality_headroom.items()},
         }
 
 
-def _conservative_margins(slo: SLO, pred: Mapping[str, tuple[Any, Any, Any]], i: int
-                          ) -> dict[str, float]:
-    """Margin per bound at the interval end that is worse for the bound (``<=``: high)."""
+def _conservative_margins(slo: SLO, pred: Mapping[str, tuple[Any, Any, Any]], i: int,
+                          headroom: Mapping[str, Headroom] | None = None) -> dict[str, float]:
+    """Margin per bound at the interval end that is worse for the bound (``<=``: high), that
+    end moved further by the metric's quality headroom (a rebuild may come out that far off)."""
     out: dict[str, float] = {}
     for b in slo.bounds:
         _, lo, hi = pred[b.metric]
-        out[str(b)] = b.margin(float(hi[i] if b.op == "<=" else lo[i]))
+        single = {b.metric: float(hi[i] if b.op == "<=" else lo[i])}
+        out.update(margins_with_headroom(SLO((b,)), single, headroom or {}))
     return out
 
 
@@ -657,31 +694,33 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             context=ctx.key.to_dict(), borrowed_workload=borrowed)
 
     space = _space(query.target)
+    headroom = _context_headroom(store, ctx, engine, slo)
     failed = {_config_key(c) for c in ctx.failed_configs}
     measured = list({_config_key(c): c for c in ctx.configs}.values())
     pred = ctx.predict(measured, features, needed)
-    order = _rank(pred, slo, objective, len(measured))
+    order = _rank(pred, slo, objective, len(measured), headroom)
     seeds = [measured[i] for i in order[:8]]
     extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
     configs = [c for c in [*measured, *extra] if _config_key(c) not in failed]
     pred = ctx.predict(configs, features, needed)
     feasible = [i for i in range(len(configs))
-                if all(m <= 0 for m in _conservative_margins(slo, pred, i).values())]
+                if all(m <= 0 for m in _conservative_margins(slo, pred, i, headroom).values())]
     quality = _quality(ctx, needed)
     base: dict[str, Any] = {"target": query.target, "slo": slo, "objective": objective,
             "hardware_key": ctx.key.hardware_key, "model": ctx.key.model,
             "context": {**ctx.key.to_dict(), "trials": ctx.n_trials, "family": ctx.family},
             "workload": features, "borrowed_workload": borrowed, "model_quality": quality,
             "candidates_considered": len(configs), "candidates_feasible": len(feasible),
-            "tune_command": tune}
+            "tune_command": tune, "quality_headroom": headroom}
     if not feasible:
-        violation = [sum(max(m, 0.0) for m in _conservative_margins(slo, pred, i).values())
+        violation = [sum(max(m, 0.0) for m in
+                         _conservative_margins(slo, pred, i, headroom).values())
                      for i in range(len(configs))]
         j = int(np.argmin(violation))
         closest = {"config": configs[j],
                    "predicted": {m: p.to_dict() for m, p in _predicted(pred, j).items()},
-                   "conservative_slo_margins": _conservative_margins(slo, pred, j)}
-        alternative = _measured_alternative(ctx, features, slo, objective)
+                   "conservative_slo_margins": _conservative_margins(slo, pred, j, headroom)}
+        alternative = _measured_alternative(ctx, features, slo, objective, headroom)
         if alternative is not None:
             notes.append(f"measured evidence: trial {alternative['trial_id']} met this SLO at "
                          "this workload, but the models are too uncertain to vouch for any config "
@@ -704,7 +743,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     return _model_versus_default(store, ctx, engine, ModelRecommendation(
         status="recommended", confidence=confidence, confidence_reason=reason, config=config,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
-            slo, pred, best), evidence=tuple(evidence), launch_command=launch,
+            slo, pred, best, headroom), evidence=tuple(evidence), launch_command=launch,
         notes=tuple(notes), **base), features=features, nearest=nearest, needed=needed,
         distance=distance, inside=inside)
 
@@ -720,12 +759,13 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     default = _space(rec.target).default_config()
     slo, objective = rec.slo, rec.objective
     pred = ctx.predict([default], features, needed)
-    conservative = _conservative_margins(slo, pred, 0)
+    conservative = _conservative_margins(slo, pred, 0, rec.quality_headroom)
     key = _config_key(default)
     rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key
             and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
     measured = mean_figures([ctx.measured[i] for i in rows], needed)
-    meets = all(m <= 0 for m in conservative.values()) and (not rows or slo.is_met(measured))
+    meets = all(m <= 0 for m in conservative.values()) and (
+        not rows or _meets(slo, measured, rec.quality_headroom))
     predicted = {m: float(c[0]) for m, (c, _, _) in pred.items()}
 
     def same_workload(study: Any) -> bool:
@@ -766,11 +806,14 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
 
 
 def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,
-                          objective: Objective) -> dict[str, Any] | None:
-    """The best trial *measured* at (within 10 % of) the asked workload that met the SLO."""
+                          objective: Objective, headroom: Mapping[str, Headroom]
+                          ) -> dict[str, Any] | None:
+    """The best trial *measured* at (within 10 % of) the asked workload that met the SLO (with
+    the quality headroom to spare)."""
     best: int | None = None
     for i, m in enumerate(ctx.measured):
-        if workload_distance(features, ctx.features[i]) > SAME_WORKLOAD or not slo.is_met(m):
+        if (workload_distance(features, ctx.features[i]) > SAME_WORKLOAD
+                or not _meets(slo, m, headroom)):
             continue
         if objective.metric in m and (best is None or objective.is_better(
                 m[objective.metric], ctx.measured[best].get(objective.metric))):
@@ -783,13 +826,14 @@ def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo
             "study": ctx.trial_studies[best] if ctx.trial_studies else "", "basis": "measured"}
 
 
-def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objective, n: int
-          ) -> list[int]:
+def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objective, n: int,
+          headroom: Mapping[str, Headroom]) -> list[int]:
     """Indices ordered best first: conservatively feasible by objective, then by violation."""
     sign = 1.0 if objective.direction == "maximize" else -1.0
 
     def key(i: int) -> tuple[float, float]:
-        violation = sum(max(m, 0.0) for m in _conservative_margins(slo, pred, i).values())
+        violation = sum(max(m, 0.0) for m in
+                        _conservative_margins(slo, pred, i, headroom).values())
         return (violation, -sign * float(pred[objective.metric][0][i]))
 
     return sorted(range(n), key=key)

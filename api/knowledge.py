@@ -199,6 +199,7 @@ class Knowledge:
                 "evidence": raw.get("evidence"), "launch_command": raw.get("launch_command"),
                 "confidence": raw.get("confidence"),
                 "borrowed_workload": raw.get("borrowed_workload"),
+                "quality_headroom": raw.get("quality_headroom") or {},
                 "tune_command": raw.get("tune_command"),
                 "message": raw.get("confidence_reason"), "raw": raw,
             })

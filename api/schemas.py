@@ -127,6 +127,11 @@ class RecommendationPublic(BaseModel):
     launch_command: str | None = None
     confidence: Any = None
     borrowed_workload: Any = None
+    quality_headroom: dict[str, Any] = Field(
+        default_factory=dict,
+        description="per quality bound whose metric can differ between builds of one config: "
+                    "the margin kept on it (`headroom`), whether it was `measured`, and from "
+                    "how many rebuilt configs and builds (`basis`)")
     tune_command: str | None = Field(default=None, description="the `advisor tune` command "
                                                                "that would cover the question")
     message: str | None = None
@@ -192,6 +197,11 @@ class StudyCreate(BaseModel):
     trials: int = Field(default=30, ge=1, le=MAX_TRIALS)
     sampler: Literal["tpe", "gp", "random"] = "tpe"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    startup_trials: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="trials the tpe and gp samplers draw at random before they model, the "
+                    "engine default and warm-start configs included (default 5), as "
+                    "`advisor tune --startup-trials`; kept by the study")
     include_default: bool = Field(default=True, description="measure the engine default first")
     paired_repeats: int | None = Field(
         default=None, ge=0, le=50,

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         target = get_target(request["target"])
+        # A rebuild check: the trial measures a build of its own, not one cached by another.
+        target.reuse_builds = not request.get("fresh_build", False)
         workloads = [Workload.from_spec(w) for w in
                      [request["workload"], *request.get("co_workloads", [])]]
         cache_dir = Path(request["cache_dir"])

@@ -44,6 +44,15 @@ class Target(ABC):
     default_slo: ClassVar[str]
     #: What to install when the engine is missing (shown in the error).
     install_hint: ClassVar[str]
+    #: Quality metrics that can differ between two builds of one config (a graph index filled by
+    #: several threads in a different order each time). Recommendations keep a headroom on their
+    #: SLO bounds, measured from rebuilds of the same config (advisor/headroom.py). Empty: the
+    #: target's quality is fixed by the config and the data.
+    rebuild_varying_metrics: ClassVar[frozenset[str]] = frozenset()
+    #: Whether :meth:`run` may reuse a build of the config it made for an earlier trial (a build
+    #: cache). A trial whose build must be its own (a rebuild check) runs with this False; a
+    #: target without such a cache ignores it.
+    reuse_builds: bool = True
 
     def reported_metrics(self) -> frozenset[str]:
         """Names of the metrics ``run`` reports (SLOs and objectives may only use these)."""

@@ -16,7 +16,8 @@ from knowledge import TrialStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("scripted=tests.scripted_target:ScriptedTarget,"
-            "scripted-sweep=tests.scripted_target:SweepingScriptedTarget")
+            "scripted-sweep=tests.scripted_target:SweepingScriptedTarget,"
+            "scripted-rebuild=tests.scripted_target:RebuildingScriptedTarget")
 PG_ADMIN_URL = os.environ.get("ADVISOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 

@@ -157,3 +157,22 @@ class SweepingScriptedTarget(ScriptedTarget):
         return [({**clean, **setting}, Measurement(
             m.metrics, m.engine_versions, {**m.details, "search_sweep": {
                 "point": i, **result.summary()}})) for i, (setting, m) in enumerate(result.points)]
+
+
+#: How much lower the rebuilding scripted target's recall comes out on a build of a trial's own.
+REBUILD_DROP = 0.03
+
+
+class RebuildingScriptedTarget(ScriptedTarget):
+    """The scripted target whose recall depends on the build: a build made for one trial
+    (``reuse_builds`` off, a paired re-measurement) reaches ``REBUILD_DROP`` less recall."""
+
+    name = "scripted-rebuild"
+    rebuild_varying_metrics = frozenset({"recall_at_10"})
+
+    def run(self, config: Mapping[str, Any], workload: Workload, cache_dir: Path) -> Measurement:
+        m = super().run(config, workload, cache_dir)
+        if self.reuse_builds:
+            return m
+        metrics = {**m.metrics, "recall_at_10": m.metrics["recall_at_10"] - REBUILD_DROP}
+        return Measurement(metrics, m.engine_versions, m.details)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from advisor.driver import SAMPLERS
+from advisor.driver import DEFAULT_SAMPLER, SAMPLERS
 from advisor.errors import AdvisorError
 from advisor.inputs import requested_slo
 from advisor.objective import Objective
@@ -89,7 +89,7 @@ class SweepSpec:
     backend: str = "local"
     workers: int = 1
     repeats: int = 3
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     seed: int | None = 0
     trial_timeout_s: float | None = None
     max_consecutive_failures: int = 5
@@ -128,7 +128,7 @@ def parse_sweep(data: Any, *, source: str = "sweep") -> SweepSpec:
     backend = str(data.get("backend", "local"))
     if backend not in BACKENDS:
         raise SweepFileError(f"{source}: `backend` must be one of {BACKENDS}, got {backend!r}")
-    sampler = str(data.get("sampler", "tpe"))
+    sampler = str(data.get("sampler", DEFAULT_SAMPLER))
     if sampler not in SAMPLERS:
         raise SweepFileError(f"{source}: `sampler` must be one of {SAMPLERS}, got {sampler!r}")
     workers = _int(data, "workers", 1, source, low=1, high=256)

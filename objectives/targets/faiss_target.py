@@ -111,6 +111,10 @@ class FaissTarget(Target):
     default_objective: ClassVar[str] = "maximize:qps"
     default_slo: ClassVar[str] = "p95_latency_ms<=0.25,recall_at_10>=0.95"
     install_hint: ClassVar[str] = "pip install 'slo-advisor[faiss]'"
+    # HNSW graphs (and IVF-HNSW quantizers) are filled by OpenMP threads, whose insertion order
+    # can differ between builds; k-means is seeded, but its float sums follow the thread split.
+    rebuild_varying_metrics: ClassVar[frozenset[str]] = frozenset(
+        f"recall_at_{cutoff}" for cutoff in RECALL_CUTOFFS)
 
     def __init__(self) -> None:
         self._space: SearchSpace | None = None
@@ -289,6 +293,13 @@ class FaissTarget(Target):
             "format": _BUILD_CACHE_FORMAT, "faiss": faiss.__version__,
             "data_hash": dataset.data_hash, "build": build_knobs,
         }).encode()).hexdigest()[:16]
+        if not self.reuse_builds:
+            # A build of its own (a rebuild check): the cache is neither read nor written, so the
+            # cached build other trials share stays the one they measured.
+            index, build_time_s = _build(config, dataset)
+            return index, {"factory": _factory_string(config), "build_knobs": build_knobs,
+                           "build_time_s": build_time_s, "cached": False, "key": key,
+                           "index_bytes": int(faiss.serialize_index(index).size)}
         directory = cache_dir / "indexes" / dataset.data_hash
         index_path, meta_path = directory / f"{key}.faiss", directory / f"{key}.json"
         if index_path.is_file() and meta_path.is_file():

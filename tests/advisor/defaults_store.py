@@ -42,10 +42,10 @@ def config_hash(config: Mapping[str, Any]) -> str:
 def write_trial(store: TrialStore, study: StudyRecord, number: int, config: Mapping[str, Any],
                 metrics: Mapping[str, float], *, details: Mapping[str, Any] | None = None,
                 status: str = TrialStatus.COMPLETE) -> TrialRecord:
-    """One measured trial with its margins for the study's SLO."""
+    """One measured trial of the study's target with its margins for the study's SLO."""
     slo = parse_slo(study.slo)
     t = store.start_trial(TrialRecord(
-        study_id=study.id or 0, number=number, target="scripted", config=dict(config),
+        study_id=study.id or 0, number=number, target=study.target, config=dict(config),
         config_hash=config_hash(config), workload_spec=WORKLOAD.spec,
         workload_hash=WORKLOAD.spec_hash, hardware={"key": HARDWARE}, hardware_key=HARDWARE,
         engine_versions={"scripted": "1.0"}, advisor_version="test", details=dict(details or {})))
@@ -59,10 +59,10 @@ def write_trial(store: TrialStore, study: StudyRecord, number: int, config: Mapp
         objective_value=metrics["qps"], duration_s=0.01, status=status)
 
 
-def new_study(store: TrialStore, name: str) -> StudyRecord:
-    """A finished study of the scripted target under :data:`WITHIN` at :data:`WORKLOAD`."""
+def new_study(store: TrialStore, name: str, target: str = "scripted") -> StudyRecord:
+    """A finished study of ``target`` (a scripted one) under :data:`WITHIN` at :data:`WORKLOAD`."""
     return store.create_study(StudyRecord(
-        name=name, target="scripted", slo=WITHIN, objective_metric="qps",
+        name=name, target=target, slo=WITHIN, objective_metric="qps",
         objective_direction="maximize", workload_spec=WORKLOAD.spec,
         workload_hash=WORKLOAD.spec_hash, sampler="tpe", n_trials=12, hardware_key=HARDWARE,
         advisor_version="test", status="finished"))

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from advisor.driver import StudySpec
 from advisor.objective import Objective
-from advisor.samplers import make_sampler
+from advisor.samplers import STARTUP_TRIALS, make_sampler
 from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from advisor.sweeps.spec import CellSpec
@@ -109,10 +109,11 @@ def test_sweep_cells_keep_their_order(store: TrialStore) -> None:
                     WarmStartConfig({"x": 0.7, "y": 32, "mode": "a"}, "best-known")]
 
 
-@pytest.mark.parametrize(("queued", "modelled"), [(9, False), (10, True)])
+@pytest.mark.parametrize(("queued", "modelled"),
+                         [(STARTUP_TRIALS - 1, False), (STARTUP_TRIALS, True)])
 def test_queued_trials_count_towards_tpe_start_up(queued: int, modelled: bool) -> None:
-    """The project's TPE samples at random until 10 trials are complete, enqueued ones included:
-    after 10 queued configs were measured, the next trial comes from its model."""
+    """The project's TPE samples at random until STARTUP_TRIALS (5) trials are complete, enqueued
+    ones included: after that many queued configs were measured, the next comes from its model."""
     space = ScriptedTarget().space()
     sampler = make_sampler("tpe", seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)

@@ -74,6 +74,27 @@ def test_search_knob_change_reuses_the_cached_build(target: FaissTarget, cache: 
     assert rebuilt.details["build_cached"] is False
 
 
+def test_a_fresh_build_neither_reads_nor_writes_the_build_cache(cache: Path) -> None:
+    """A rebuild check (``reuse_builds`` off) measures an index built for it, and leaves the
+    cached build other trials share untouched."""
+    config = {"index_type": "hnsw", "hnsw_m": 12, "ef_construction": 40, "ef_search": 16}
+    cached = FaissTarget().run(config, DOCS, cache)  # built now or earlier, and cached
+    indexes = sorted((cache / "indexes").rglob("*"))
+    stamps = [f.stat().st_mtime_ns for f in indexes]
+    fresh_target = FaissTarget()
+    fresh_target.reuse_builds = False
+    fresh = fresh_target.run(config, DOCS, cache)
+    assert fresh.details["build_cached"] is False
+    assert fresh.details["build_key"] == cached.details["build_key"]
+    assert fresh.metrics["index_memory_mb"] == pytest.approx(cached.metrics["index_memory_mb"],
+                                                             rel=0.05)
+    assert 0.0 < fresh.metrics["recall_at_10"] <= 1.0
+    assert sorted((cache / "indexes").rglob("*")) == indexes
+    assert [f.stat().st_mtime_ns for f in indexes] == stamps
+    assert FaissTarget().run(config, DOCS, cache).details["build_cached"] is True
+    assert "recall_at_10" in FaissTarget.rebuild_varying_metrics
+
+
 @pytest.mark.parametrize("config", [
     {"index_type": "ivf_flat", "nlist": 64, "nprobe": 8},
     {"index_type": "ivf_pq", "nlist": 32, "nprobe": 8, "pq_m": 16, "pq_nbits": 8},
