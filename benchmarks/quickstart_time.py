@@ -1,14 +1,19 @@
-"""Benchmark: the quickstart's tuning step with search sweeps (two-level search, this release's
-default) against the same step without them (every knob sampled, one setting per trial, as the
-quickstart ran before), measured in one run, interleaved, on the same cached dataset.
+"""Benchmark: the quickstart's tuning step as it runs now against two other ways of running it,
+measured in one run, interleaved, on the same cached dataset:
+
+- ``20-trials``: a shorter quickstart (``--trials 20``, this release's random start-up of 5);
+- ``before``: the quickstart as it ran before issue 16 (``--trials 30``, Optuna's random start-up
+  of 10 via ``--startup-trials 10``, no warm start);
+- ``sweep``: two-level search (``--search-sweep``, 10 sampled builds).
 
 Each arm runs ``advisor tune --target faiss`` (the quickstart's SLO, objective and workload) in a
-fresh SQLite store of its own (no shipped knowledge, so neither arm is warm-started from data the
-other never had), then asks the model-based ``advisor recommend`` for the same SLO. Reported per
-run: wall time of the tune step, settings measured, the best measured qps meeting the SLO, and
+fresh SQLite store of its own (no shipped knowledge, so no arm is warm-started from data another
+never had), then asks the model-based ``advisor recommend`` for the same SLO. Reported per run:
+wall time of the tune step, settings measured, the best measured qps meeting the SLO, and
 whether the model-based recommender answered (and with what predicted qps).
 
-    python benchmarks/quickstart_time.py --rounds 2 --out docs/benchmarks/quickstart_time.json
+    python benchmarks/quickstart_time.py --rounds 3 --arm 20-trials --arm before \
+        --out docs/benchmarks/quickstart_time_trials.json
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from knowledge import TrialStatus, TrialStore  # noqa: E402
 from objectives.hardware import fingerprint  # noqa: E402
 from objectives.registry import get_target  # noqa: E402
 
-ARMS: dict[str, list[str]] = {
-    "sweep": [],  # this release's default
-    "no-sweep": ["--no-search-sweep"],
+#: Arm name -> (trials, extra ``advisor tune`` arguments).
+ARMS: dict[str, tuple[int, list[str]]] = {
+    "20-trials": (20, []),  # labelled "now" in docs/benchmarks/quickstart_time_trials.json
+    "before": (30, ["--startup-trials", "10", "--no-warm-start"]),
+    "sweep": (10, ["--search-sweep"]),
 }
 
 
@@ -53,7 +60,7 @@ def run_arm(arm: str, trials: int, cache_dir: Path, slo: str, seed: int) -> dict
                "COLUMNS": "200"}
         started = time.perf_counter()
         tune = _advisor(["tune", "--target", "faiss", "--trials", str(trials), "--seed",
-                         str(seed), "--name", "qs", "--json", *ARMS[arm]], env)
+                         str(seed), "--name", "qs", "--json", *ARMS[arm][1]], env)
         wall = time.perf_counter() - started
         if tune.returncode != 0:
             raise SystemExit(f"{arm}: advisor tune failed: {tune.stderr.strip()[-400:]}")
@@ -87,12 +94,11 @@ def run_arm(arm: str, trials: int, cache_dir: Path, slo: str, seed: int) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of both arms")
-    parser.add_argument("--trials-sweep", type=int, default=10,
-                        help="--trials of the sweep arm (sampled configs)")
-    parser.add_argument("--trials-no-sweep", type=int, default=30,
-                        help="--trials of the no-sweep arm (the quickstart's former 30)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the arms")
+    parser.add_argument("--arm", action="append", choices=list(ARMS), default=None,
+                        help="arms to run (repeatable; default: all)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of round 0; round r uses seed + r (the same in every arm)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="dataset cache (default: the advisor's; the dataset is built once)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -104,12 +110,12 @@ def main() -> None:
     print(f"preparing {workload.name} in {cache_dir} (cached after the first run)", flush=True)
     provenance = target.prepare(workload, cache_dir)
     slo = target.default_slo
+    arms = args.arm or list(ARMS)
     runs = []
     for round_ in range(args.rounds):
-        order = list(ARMS) if round_ % 2 == 0 else list(reversed(ARMS))
+        order = arms if round_ % 2 == 0 else list(reversed(arms))
         for arm in order:
-            trials = args.trials_sweep if arm == "sweep" else args.trials_no_sweep
-            result = run_arm(arm, trials, cache_dir, slo, args.seed)
+            result = run_arm(arm, ARMS[arm][0], cache_dir, slo, args.seed + round_)
             result["round"] = round_
             runs.append(result)
             best = result["best"]
@@ -119,7 +125,7 @@ def main() -> None:
                   f"{best['qps'] if best else float('nan'):,.0f}; model-based recommend exit "
                   f"{result['model_recommend_exit']}", flush=True)
     summary = {}
-    for arm in ARMS:
+    for arm in arms:
         mine = [r for r in runs if r["arm"] == arm]
         summary[arm] = {
             "wall_s_median": statistics.median(r["wall_s"] for r in mine),
@@ -127,9 +133,18 @@ def main() -> None:
             "best_qps": [r["best"]["qps"] if r["best"] else None for r in mine],
             "model_recommend_answered": [r["model_recommend_exit"] == 0 for r in mine],
         }
-    ratio = summary["sweep"]["wall_s_median"] / summary["no-sweep"]["wall_s_median"]
-    print(f"median wall time: sweep {summary['sweep']['wall_s_median']:.1f} s, no-sweep "
-          f"{summary['no-sweep']['wall_s_median']:.1f} s (ratio {ratio:.2f})")
+    # Per round, each arm's wall time against the first arm's of the same round (paired).
+    first = arms[0]
+    ratios = {arm: [r["wall_s"] / f["wall_s"] for r, f in zip(
+        [r for r in runs if r["arm"] == arm], [r for r in runs if r["arm"] == first],
+        strict=True)] for arm in arms[1:]}
+    for arm in arms:
+        line = (f"{arm:>8}: median wall {summary[arm]['wall_s_median']:.1f} s, best qps "
+                f"{summary[arm]['best_qps']}")
+        if arm in ratios:
+            line += f"; wall x{statistics.median(ratios[arm]):.2f} of {first}'s (per round "
+            line += ", ".join(f"{x:.2f}" for x in ratios[arm]) + ")"
+        print(line)
     if args.out:
         import faiss
         import numpy as np
@@ -140,7 +155,8 @@ def main() -> None:
             "versions": {"faiss": faiss.__version__, "numpy": np.__version__},
             "load_average_at_end": os.getloadavg(), "slo": slo, "workload": workload.spec,
             "dataset": provenance, "runs": runs, "summary": summary,
-            "wall_ratio_sweep_vs_no_sweep": ratio,
+            "arms": {arm: {"trials": ARMS[arm][0], "args": ARMS[arm][1]} for arm in arms},
+            f"wall_ratio_vs_{first}_per_round": ratios,
         }, indent=2, default=str) + "\n")
 
 
