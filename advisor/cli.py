@@ -339,8 +339,9 @@ def tune_cmd(
         "one knob per --enqueue ablates the default one knob at a time.")] = None,
     warm_start: Annotated[bool, typer.Option(
         help="Warm start a new study: after the engine default and --enqueue configs, measure "
-             "the recommender's config for its SLO, workload and hardware and the "
-             f"{BEST_KNOWN} best stored configs meeting the SLO there. They count towards "
+             "the recommender's config for its SLO, workload and hardware, the "
+             f"{BEST_KNOWN} best stored configs meeting the SLO there, and the target's "
+             "textbook starting points (faiss: HNSW32/16, IVF sqrt(N)). They count towards "
              "--trials and the sampler's random start-up; --resume never adds them.")] = True,
     search_sweep: Annotated[bool, typer.Option(
         help="Where the target can (faiss: nprobe, efSearch), each trial builds once and "

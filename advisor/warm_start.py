@@ -4,7 +4,9 @@ A study's question (target, SLO, objective, workload, model, hardware) may alrea
 in the store. A new study therefore queues, after the engine default and the caller's own
 enqueued configs and before the sampler takes over, the model-based recommendation for the
 question (when the fitted models cover it) and the best measured configs on this hardware and
-workload that meet the SLO. `advisor tune` and the API's study jobs do this through
+workload that meet the SLO, then the target's own starting points (its textbook settings,
+``Target.starting_points``: faiss's HNSW32 / HNSW16 and IVF sqrt(N)), which need no knowledge at
+all. `advisor tune` and the API's study jobs do this through
 :func:`warm_start_hook`; sweep cells add the previous run's best on top
 (advisor/sweeps/warmstart.py).
 
@@ -38,6 +40,7 @@ from search_spaces import SearchSpace
 __all__ = [
     "BEST_KNOWN",
     "ROLE",
+    "TEXTBOOK",
     "StudyQuestion",
     "WarmStartConfig",
     "best_measured",
@@ -56,6 +59,8 @@ log = logging.getLogger(__name__)
 ROLE = "warm-start"
 #: How many of the best measured configs a new `advisor tune` / API study queues.
 BEST_KNOWN = 3
+#: The source of a target's own starting points (``Target.starting_points``).
+TEXTBOOK = "textbook"
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class WarmStartConfig:
     """A config to enqueue, and where it came from (stored with its trial as ``source``)."""
 
     config: dict[str, Any]
-    source: str  # "previous-run", "recommendation" or "best-known"
+    source: str  # "previous-run", "recommendation", "best-known" or "textbook"
 
 
 def _met(trial: TrialRecord, slo: SLO) -> bool:
@@ -187,36 +192,40 @@ def study_warm_start(store: TrialStore, settings: Settings, spec: StudySpec, *,
                      hardware_key: str | None = None, best_known: int = BEST_KNOWN,
                      say: Callable[[str], None] = log.info) -> list[WarmStartConfig]:
     """The warm start of the new study ``spec`` on ``hardware_key`` (default: this machine's):
-    :func:`knowledge_configs` completed with the engine defaults and checked against the space and
-    the study's fixed knobs (one that fails is skipped, and said), without the configs the study
-    already queues, at most ``best_known`` best-known ones, and no more than its budget leaves.
+    :func:`knowledge_configs`, then the target's starting points, completed with the engine
+    defaults and checked against the space and the study's fixed knobs (one that fails is
+    skipped, and said unless it is a starting point), without the configs the study already
+    queues, at most ``best_known`` best-known ones, and no more than its budget leaves.
 
     The models are fitted only when the store holds complete trials of the target on this
     hardware: without them the recommender could not answer, and a fit can take a minute.
     """
     question = StudyQuestion.of(spec, hardware_key or this_hardware())
-    space = get_target(spec.target).space()
+    target = get_target(spec.target)
+    space = target.space()
     queued = _queued_before(spec, space)
     room = spec.n_trials - len(queued)
     if room <= 0:
         log.info("warm start of %s: the default and enqueued configs fill its %d trials",
                  spec.name, spec.n_trials)
         return []
+    found: list[WarmStartConfig] = []
     on_hardware = store.count_matching(TrialFilter(
         target=spec.target, status=TrialStatus.COMPLETE, hardware_key=question.hardware_key))
-    if not on_hardware:
-        return []
-    models = fitted_models(store, settings, spec.target)
-    # Ask for more best-known configs than are kept: some may repeat a queued config.
-    found = knowledge_configs(store, question, use_recommendation=models is not None,
-                              best_known=best_known + len(queued) + 1, models=models)
+    if on_hardware:
+        models = fitted_models(store, settings, spec.target)
+        # Ask for more best-known configs than are kept: some may repeat a queued config.
+        found = knowledge_configs(store, question, use_recommendation=models is not None,
+                                  best_known=best_known + len(queued) + 1, models=models)
+    found += [WarmStartConfig(dict(c), TEXTBOOK) for c in target.starting_points(spec.workload)]
     seen = {canonical_json(c) for c in queued}
     kept: list[WarmStartConfig] = []
     for item in found:
         try:
             (config,) = complete_enqueued(space, spec.fixed, [item.config])
         except AdvisorError as exc:  # e.g. a knob the space no longer has, or a fixed-knob clash
-            say(_skipped(item, exc))
+            # A textbook point another family's fixed knobs rule out is expected, not news.
+            (log.info if item.source == TEXTBOOK else say)(_skipped(item, exc))
             continue
         if canonical_json(config) in seen:
             continue

@@ -134,6 +134,14 @@ class Target(ABC):
                 results.append(exc)
         return results
 
+    def starting_points(self, workload: Workload) -> list[dict[str, Any]]:
+        """Configs worth measuring first in a study of ``workload`` when nothing better is
+        known: the engine's textbook settings (the ones its own tuning guide or autotuner starts
+        from). Partial configs are completed with the engine defaults. A new study queues them
+        after the default and its warm start from knowledge (advisor/warm_start.py); they count
+        towards its budget and the sampler's random start-up. Empty (the default): none."""
+        return []
+
     def swept_knobs(self) -> frozenset[str]:
         """Search-time knobs this target measures in one trial, over one engine instance
         (:meth:`run_sweep`), instead of having the sampler pick them: the driver samples the

@@ -183,6 +183,26 @@ class FaissTarget(Target):
         clean, dataset, index, build = self._built(config, workload, cache_dir)
         return self._measured(index, clean, dataset, build, started)
 
+    def starting_points(self, workload: Workload) -> list[dict[str, Any]]:
+        """The factories FAISS's own guidelines and ``ParameterSpace.explore`` start from:
+        HNSW32 and HNSW16 (efConstruction 40, faiss's default) at efSearch 16 and 32, and
+        IVF sqrt(N),Flat probing 8 lists; the rest stays at the engine defaults."""
+        n_base = int(workload.params.get("n_base", 0) or 0)
+        points: list[dict[str, Any]] = [
+            {"index_type": "hnsw", "hnsw_m": 32, "ef_construction": 40, "ef_search": 16},
+            {"index_type": "hnsw", "hnsw_m": 32, "ef_construction": 40, "ef_search": 32},
+            {"index_type": "hnsw", "hnsw_m": 16, "ef_construction": 40, "ef_search": 16},
+        ]
+        if n_base > 0:
+            knob = self.space().knob("nlist")
+            nlist = round(n_base ** 0.5)
+            if knob.low is not None:
+                nlist = max(nlist, int(knob.low))
+            if knob.high is not None:
+                nlist = min(nlist, int(knob.high))
+            points.append({"index_type": "ivf_flat", "nlist": nlist, "nprobe": min(8, nlist)})
+        return points
+
     def swept_knobs(self) -> frozenset[str]:
         # Both only change how a built index searches; recall rises and speed falls with each.
         return frozenset(SWEPT_KNOBS)
