@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge import TrialRecord, TrialStatus
-from objectives.slo import SLO
+from objectives.slo import SLO, Bound
 
-__all__ = ["FRESH_BUILD", "Headroom", "margins_with_headroom", "measured_headroom"]
+__all__ = ["FRESH_BUILD", "Headroom", "bound_margin", "margins_with_headroom",
+           "measured_headroom"]
 
 #: Trial detail set on a trial whose build was made for it (not read from a build cache).
 FRESH_BUILD = "fresh_build"
@@ -91,14 +92,17 @@ def measured_headroom(trials: Iterable[TrialRecord], metrics: Iterable[str]
     return out
 
 
+def bound_margin(bound: Bound, value: float, headroom: Mapping[str, Headroom]) -> float:
+    """``bound.margin(value)`` with ``value`` moved by its metric's headroom to the side that is
+    worse for the bound (``>=``: lower, ``<=``: higher)."""
+    h = headroom[bound.metric].value if bound.metric in headroom else 0.0
+    return bound.margin(value - h if bound.op == ">=" else value + h)
+
+
 def margins_with_headroom(slo: SLO, metrics: Mapping[str, float],
                           headroom: Mapping[str, Headroom]) -> dict[str, float]:
-    """``slo.margins(metrics)`` with each headroom metric moved by its headroom to the side that
-    is worse for each bound (``>=``: lower, ``<=``: higher), so ``<= 0`` everywhere means the
-    SLO holds for a rebuild as far off as the worst one measured."""
-    out: dict[str, float] = {}
-    for bound in slo.bounds:
-        value = float(metrics.get(bound.metric, math.nan))
-        h = headroom[bound.metric].value if bound.metric in headroom else 0.0
-        out[str(bound)] = bound.margin(value - h if bound.op == ">=" else value + h)
-    return out
+    """``slo.margins(metrics)`` with each headroom metric moved by its headroom
+    (:func:`bound_margin`), so ``<= 0`` everywhere means the SLO holds for a rebuild as far off
+    as the worst one measured."""
+    return {str(b): bound_margin(b, float(metrics.get(b.metric, math.nan)), headroom)
+            for b in slo.bounds}

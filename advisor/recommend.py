@@ -31,7 +31,7 @@ from advisor.baseline import (
     paired_between,
 )
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
-from advisor.headroom import Headroom, margins_with_headroom, measured_headroom
+from advisor.headroom import Headroom, bound_margin, margins_with_headroom, measured_headroom
 from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
@@ -459,8 +459,7 @@ def _conservative_margins(slo: SLO, pred: Mapping[str, tuple[Any, Any, Any]], i:
     out: dict[str, float] = {}
     for b in slo.bounds:
         _, lo, hi = pred[b.metric]
-        single = {b.metric: float(hi[i] if b.op == "<=" else lo[i])}
-        out.update(margins_with_headroom(SLO((b,)), single, headroom or {}))
+        out[str(b)] = bound_margin(b, float(hi[i] if b.op == "<=" else lo[i]), headroom or {})
     return out
 
 

@@ -313,23 +313,21 @@ class FaissTarget(Target):
             "format": _BUILD_CACHE_FORMAT, "faiss": faiss.__version__,
             "data_hash": dataset.data_hash, "build": build_knobs,
         }).encode()).hexdigest()[:16]
-        if not self.reuse_builds:
-            # A build of its own (a rebuild check): the cache is neither read nor written, so the
-            # cached build other trials share stays the one they measured.
-            index, build_time_s = _build(config, dataset)
-            return index, {"factory": _factory_string(config), "build_knobs": build_knobs,
-                           "build_time_s": build_time_s, "cached": False, "key": key,
-                           "index_bytes": int(faiss.serialize_index(index).size)}
         directory = cache_dir / "indexes" / dataset.data_hash
         index_path, meta_path = directory / f"{key}.faiss", directory / f"{key}.json"
-        if index_path.is_file() and meta_path.is_file():
+        if self.reuse_builds and index_path.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
             return faiss.read_index(str(index_path)), {**meta, "cached": True, "key": key}
         index, build_time_s = _build(config, dataset)
-        directory.mkdir(parents=True, exist_ok=True)
-        # Sidecar first: a reader needs both files, so a kill between the two replaces is harmless.
         meta = {"factory": _factory_string(config), "build_knobs": build_knobs,
                 "build_time_s": build_time_s}
+        if not self.reuse_builds:
+            # A build of its own (a rebuild check): the cache is neither read nor written, so the
+            # cached build other trials share stays the one they measured.
+            meta["index_bytes"] = int(faiss.serialize_index(index).size)
+            return index, {**meta, "cached": False, "key": key}
+        directory.mkdir(parents=True, exist_ok=True)
+        # Sidecar first: a reader needs both files, so a kill between the two replaces is harmless.
         _atomic_write(meta_path, lambda p: p.write_text(json.dumps(meta, sort_keys=True)))
         _atomic_write(index_path, lambda p: faiss.write_index(index, str(p)))
         # The file holds exactly faiss.serialize_index's bytes; its size avoids a second copy.
