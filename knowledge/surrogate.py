@@ -382,6 +382,42 @@ def _impute(X: np.ndarray) -> np.ndarray:
 _MIN_ROWS_PER_SLOPE_SET = 20
 
 
+def weighted_ridge(X: np.ndarray, y: np.ndarray, w: np.ndarray, *, alpha: float
+                   ) -> tuple[np.ndarray, float]:
+    """(coefficients, intercept) of ridge regression with an unpenalised intercept and sample
+    weights: the problem scikit-learn's ``Ridge(alpha).fit(X, y, sample_weight=w)`` solves
+    (centre X and y on their weighted means, then solve the normal equations), in closed form.
+
+    A forest fits one per member, tens of thousands per knowledge fit, on ~100 x 100 designs:
+    scikit-learn's input checks cost ten times the solve there (44 of a 138 s fit of the
+    shipped knowledge). ``tests/knowledge/test_surrogate.py`` holds it to scikit-learn's answer.
+    """
+    w = np.asarray(w, dtype=float)
+    x_mean = w @ X / w.sum()
+    y_mean = float(w @ y / w.sum())
+    Xc = X - x_mean
+    Xw = Xc * w[:, None]
+    gram = Xc.T @ Xw
+    gram[np.diag_indices_from(gram)] += alpha
+    coef = np.linalg.solve(gram, Xw.T @ (y - y_mean))
+    return coef, y_mean - float(x_mean @ coef)
+
+
+def _zero_one_columns(X: np.ndarray) -> list[int]:
+    """Columns whose non-NaN values are exactly {0, 1}, both present (one-hot categories and
+    boolean knobs)."""
+    seen = ~np.isnan(X)
+    zero, one = seen & (X == 0.0), seen & (X == 1.0)
+    only = np.all(zero | one | ~seen, axis=0) & zero.any(axis=0) & one.any(axis=0)
+    return [int(j) for j in np.flatnonzero(only)]
+
+
+def _distinct_rows_at_least(rows: np.ndarray, need: int) -> bool:
+    """Whether ``rows`` holds at least ``need`` distinct rows (as ``np.unique(axis=0)`` counts
+    them); fewer rows than that cannot, and need no sort."""
+    return len(rows) >= need and len(np.unique(rows, axis=0)) >= need
+
+
 class _LinearBase:
     """Ridge regression on standardised features; a missing (inactive) knob becomes 0 plus an
     indicator column, so index families without a knob still get a fit.
@@ -399,8 +435,6 @@ class _LinearBase:
     """
 
     def fit(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> _LinearBase:
-        from sklearn.linear_model import Ridge
-
         # A knob inactive in every trial gives an all-NaN column: mean 0, std 1, no warning.
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -408,14 +442,13 @@ class _LinearBase:
             std = np.nan_to_num(np.nanstd(np.where(np.isfinite(X), X, np.nan), axis=0))
         self.std_ = np.where(std > 0, std, 1.0)
         finite = np.where(np.isfinite(X), X, np.nan)
-        zero_one = [j for j in range(X.shape[1]) if set(
-            np.unique(finite[~np.isnan(finite[:, j]), j]).tolist()) == {0.0, 1.0}]
+        zero_one = _zero_one_columns(finite)
         self.slopes_ = [j for j in range(X.shape[1]) if j not in zero_one]
         # A category gets slopes of its own only where both sides of it hold enough distinct
         # rows to fit them: with a few configs (the H200 contexts) they would only overfit.
         need = max(_MIN_ROWS_PER_SLOPE_SET, len(self.slopes_))
         self.indicators_ = [j for j in zero_one if all(
-            len(np.unique(finite[finite[:, j] == side], axis=0)) >= need for side in (0.0, 1.0))]
+            _distinct_rows_at_least(finite[finite[:, j] == side], need) for side in (0.0, 1.0))]
         self.lo_, self.hi_ = np.full(X.shape[1], -np.inf), np.full(X.shape[1], np.inf)
         Z = self._standardised(X)
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -432,9 +465,8 @@ class _LinearBase:
             # Every row alike (one config at one workload): the fit is the weighted mean.
             self.intercept_ = float(np.average(y, weights=w))
             return self
-        model = Ridge(alpha=1.0).fit(design[:, self.keep_], y, sample_weight=w)
-        self.coef_[self.keep_] = np.asarray(model.coef_)
-        self.intercept_ = float(model.intercept_)
+        coef, self.intercept_ = weighted_ridge(design[:, self.keep_], y, w, alpha=1.0)
+        self.coef_[self.keep_] = coef
         return self
 
     def _standardised(self, X: np.ndarray) -> np.ndarray:

@@ -277,3 +277,32 @@ def test_a_fit_over_identical_rows_is_their_mean() -> None:
     X = np.ones((4, 3))
     base = _LinearBase().fit(X, np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 5.0]))
     assert base.predict(np.ones((1, 3)))[0] == pytest.approx((1 + 2 + 3 + 4 * 5) / 8)
+
+
+@pytest.mark.parametrize("shape", [(60, 8), (12, 30)])  # more rows than columns, and fewer
+def test_the_closed_form_ridge_is_scikit_learns(shape: tuple[int, int]) -> None:
+    """The linear part solves ridge itself (scikit-learn's checks cost ten times the solve);
+    it must give scikit-learn's answer, bootstrap weights (repeat counts) included."""
+    from sklearn.linear_model import Ridge
+
+    from knowledge.surrogate import weighted_ridge
+
+    rng = np.random.default_rng(shape[0])
+    X = rng.normal(size=shape) * rng.uniform(0.1, 10, shape[1])
+    y = X @ rng.normal(size=shape[1]) + rng.normal(0, 0.5, shape[0]) + 3.0
+    w = rng.integers(1, 4, shape[0]).astype(float)
+    coef, intercept = weighted_ridge(X, y, w, alpha=1.0)
+    ref = Ridge(alpha=1.0).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(coef, ref.coef_, rtol=1e-7, atol=1e-9)
+    assert intercept == pytest.approx(float(ref.intercept_), rel=1e-7, abs=1e-9)
+
+
+def test_zero_one_columns_are_exactly_the_two_valued_ones() -> None:
+    from knowledge.surrogate import _zero_one_columns
+
+    nan = np.nan
+    X = np.array([[0, 1, 0, 2, nan, 1],
+                  [1, 1, 0, 0, 0, nan],
+                  [nan, 1, 0, 1, 1, 0]], dtype=float)
+    # column 0: {0, 1} with a NaN; 1 and 2: one value only; 3: has a 2; 4 and 5: {0, 1}
+    assert _zero_one_columns(X) == [0, 4, 5]
