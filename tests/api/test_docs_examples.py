@@ -56,7 +56,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                              "--log-level", "warning"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    # Fitting (and cross-validating) every shipped context takes minutes on 2 cores the first time.
+    # Fitting (and cross-validating) every shipped context takes about a minute on 2 cores.
     deadline = time.monotonic() + 480
     while True:
         try:
