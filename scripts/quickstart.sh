@@ -34,12 +34,15 @@ if [ "${1:-}" = "--setup-only" ]; then
 fi
 
 SLO=$("$VPY" -c "from objectives.registry import get_target; print(get_target('faiss').default_slo)")
+# The study's corpus size: without it a recommendation may answer from a shipped trial measured on
+# another corpus (it names that workload, but the quickstart asks about its own).
+N=$("$VPY" -c "from objectives.registry import get_target; print(get_target('faiss').default_workload().params['n_base'])")
 echo "==> tuning faiss on this machine: SLO $SLO, maximize qps, $TRIALS trials"
 .venv/bin/advisor tune --target faiss --trials "$TRIALS" --seed 0 --resume
 # Exit code 1 from recommend is an answer too ("no config meets it" / "none I can vouch for").
 recommend() {
   local code=0
-  .venv/bin/advisor recommend --target faiss --slo "$SLO" "$@" || code=$?
+  .venv/bin/advisor recommend --target faiss --slo "$SLO" --n-vectors "$N" "$@" || code=$?
   if [ "$code" -ne 0 ] && [ "$code" -ne 1 ]; then
     exit "$code"
   fi
