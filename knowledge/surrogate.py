@@ -435,13 +435,13 @@ class _LinearBase:
     """
 
     def fit(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> _LinearBase:
+        finite = np.where(np.isfinite(X), X, np.nan)
         # A knob inactive in every trial gives an all-NaN column: mean 0, std 1, no warning.
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            self.mean_ = np.nan_to_num(np.nanmean(np.where(np.isfinite(X), X, np.nan), axis=0))
-            std = np.nan_to_num(np.nanstd(np.where(np.isfinite(X), X, np.nan), axis=0))
+            self.mean_ = np.nan_to_num(np.nanmean(finite, axis=0))
+            std = np.nan_to_num(np.nanstd(finite, axis=0))
         self.std_ = np.where(std > 0, std, 1.0)
-        finite = np.where(np.isfinite(X), X, np.nan)
         zero_one = _zero_one_columns(finite)
         self.slopes_ = [j for j in range(X.shape[1]) if j not in zero_one]
         # A category gets slopes of its own only where both sides of it hold enough distinct

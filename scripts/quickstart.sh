@@ -33,10 +33,11 @@ if [ "${1:-}" = "--setup-only" ]; then
   exit 0
 fi
 
-SLO=$("$VPY" -c "from objectives.registry import get_target; print(get_target('faiss').default_slo)")
-# The study's corpus size: without it a recommendation may answer from a shipped trial measured on
-# another corpus (it names that workload, but the quickstart asks about its own).
-N=$("$VPY" -c "from objectives.registry import get_target; print(get_target('faiss').default_workload().params['n_base'])")
+# The default SLO and the study's corpus size N: without N a recommendation may answer from a
+# shipped trial measured on another corpus (it names that workload, but the quickstart asks about
+# its own).
+read -r SLO N < <("$VPY" -c "from objectives.registry import get_target; t = get_target('faiss')
+print(t.default_slo, t.default_workload().params['n_base'])")
 echo "==> tuning faiss on this machine: SLO $SLO, maximize qps, $TRIALS trials"
 .venv/bin/advisor tune --target faiss --trials "$TRIALS" --seed 0 --resume
 # Exit code 1 from recommend is an answer too ("no config meets it" / "none I can vouch for").
