@@ -68,7 +68,13 @@ from advisor.settings import Settings, default_db_url
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
-from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, cross_validate, workload_features
+from knowledge.surrogate import (
+    DEFAULT_FAMILY,
+    FAMILIES,
+    GROUP_BY,
+    cross_validate,
+    workload_features,
+)
 from knowledge.transfer import export_jsonl, import_file, import_jsonl, import_shipped_knowledge
 from knowledge.validity import invalid_reason, validity_of
 from objectives import parse_slo
@@ -1178,8 +1184,10 @@ def knowledge_eval_cmd(
     all_metrics: Annotated[bool, typer.Option("--all-metrics", help="Every modelled metric.")
                            ] = False,
     group_by: Annotated[str, typer.Option(
-        help="Hold out whole 'config's (default: unseen configs) or whole 'workload's (unseen "
-             "rates / corpus sizes).", **choice(("config", "workload")))] = "config",
+        help="Hold out whole 'config's (default: unseen configs), whole engine 'instance's "
+             "(a trial with every setting its search sweep measured, and their configs' "
+             "repeats) or whole 'workload's (unseen rates / corpus sizes).",
+        **choice(GROUP_BY))] = "config",
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "

@@ -26,6 +26,7 @@ from knowledge.models import TrialRecord
 __all__ = [
     "DEFAULT_FAMILY",
     "FAMILIES",
+    "GROUP_BY",
     "ContextKey",
     "ContextModels",
     "FeatureEncoder",
@@ -37,6 +38,7 @@ __all__ = [
     "cross_validate",
     "derived_features",
     "fit_context",
+    "instance_groups",
     "metric_transform",
     "noise_floor",
     "workload_features",
@@ -911,13 +913,42 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
         X_=encoder.transform([t.config for t in usable], wl))
 
 
+#: How :func:`cross_validate` can group what it holds out together.
+GROUP_BY = ("config", "instance", "workload")
+
+
+def instance_groups(trials: Sequence[TrialRecord]) -> list[str]:
+    """One group label per trial for holding out whole engine instances: a trial and the
+    settings its search sweep measured on the same instance (``swept_from``) share a group,
+    and so does every other measurement of any of those configs (repeats, other studies),
+    transitively — nothing held out has its instance or its config on the training side."""
+    parent = list(range(len(trials)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[Any, ...], int] = {}
+    for i, t in enumerate(trials):
+        instance = ("instance", t.study_id,
+                    t.swept_from if t.swept_from is not None else t.number)
+        for key in (("config", t.config_hash), instance):
+            j = first.setdefault(key, i)
+            parent[find(i)] = find(j)
+    return [f"g{find(i)}" for i in range(len(trials))]
+
+
 def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                    folds: int = 5, metrics: Iterable[str] | None = None,
                    group_by: str = "config") -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
     of one config (and its measurements at other rates) never sit on both sides of a split.
-    ``group_by="workload"`` holds out whole workloads instead (how well an unmeasured rate or
-    corpus size is predicted for configs measured elsewhere).
+    ``group_by="instance"`` holds out whole engine instances with their configs
+    (:func:`instance_groups`): a swept setting is then predicted without the other settings
+    measured on its instance. ``group_by="workload"`` holds out whole workloads instead (how
+    well an unmeasured rate or corpus size is predicted for configs measured elsewhere).
 
     MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
     the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
@@ -928,12 +959,15 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     wl = [workload_features(t.workload_spec) for t in usable]
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     out: dict[str, MetricScore] = {}
-    if group_by not in ("config", "workload"):
-        raise ValueError(f"`group_by` must be 'config' or 'workload', got {group_by!r}")
+    if group_by not in GROUP_BY:
+        raise ValueError(f"`group_by` must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
+    instances = instance_groups(usable) if group_by == "instance" else []
     for metric in metrics if metrics is not None else _metric_names(usable):
         X, y, groups, idx = _xy(usable, encoder, metric)
         if group_by == "workload":
             groups = np.asarray([usable[i].workload_hash for i in idx])
+        elif group_by == "instance":
+            groups = np.asarray([instances[i] for i in idx])
         n_groups = len(set(groups.tolist()))
         k = min(folds, n_groups)
         if k < 2 or len(y) < 4:

@@ -139,13 +139,22 @@ def test_recommend_fits_on_demand_without_models(tmp_path: Path) -> None:
     assert none.status == "not_covered" and none.tune_command
 
 
-@pytest.fixture(scope="module")
-def shipped_faiss(tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
-    from knowledge.transfer import SHIPPED_DIR, import_file
+def _shipped_faiss_files() -> list[Path]:
+    from knowledge.transfer import SHIPPED_DIR
+
+    return sorted(SHIPPED_DIR.glob("cpu-faiss-*.jsonl"))
+
+
+@pytest.fixture(scope="module", params=_shipped_faiss_files() or [None],
+                ids=lambda p: p.stem if p else "none")
+def shipped_faiss(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
+    """One shipped FAISS set (one machine: one hardware context) in a store of its own."""
+    from knowledge.transfer import import_file
 
     s = TrialStore(f"sqlite:///{tmp_path_factory.mktemp('shipped') / 'k.db'}")
-    for path in SHIPPED_DIR.glob("cpu-faiss-*.jsonl"):
-        import_file(s, path)
+    if request.param is not None:
+        import_file(s, request.param)
     return s
 
 
@@ -165,7 +174,10 @@ def test_shipped_faiss_answers_keep_their_conservative_bound(shipped_faiss: Tria
             if rec.status == "recommended":
                 answered += 1
                 assert all(m <= 0 for m in rec.conservative_margins.values()), rec.to_dict()
-                assert "faiss.index_factory" in (rec.launch_command or "")
+                # A set measured on a larger machine may answer with more threads than this
+                # one has: then there is no launch command here, and the answer says why.
+                assert ("faiss.index_factory" in (rec.launch_command or "")
+                        or "launch command unavailable" in rec.confidence_reason), rec.to_dict()
     assert answered >= 6
 
 

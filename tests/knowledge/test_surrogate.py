@@ -306,3 +306,28 @@ def test_zero_one_columns_are_exactly_the_two_valued_ones() -> None:
                   [nan, 1, 0, 1, 1, 0]], dtype=float)
     # column 0: {0, 1} with a NaN; 1 and 2: one value only; 3: has a 2; 4 and 5: {0, 1}
     assert _zero_one_columns(X) == [0, 4, 5]
+
+
+def test_instance_groups_join_a_sweep_with_its_instance_and_its_configs_repeats() -> None:
+    from knowledge.models import TrialRecord
+    from knowledge.surrogate import instance_groups
+
+    def trial(study: int, number: int, config: str, swept_from: int | None = None
+              ) -> TrialRecord:
+        return TrialRecord(study_id=study, number=number, target="t", config={"c": config},
+                           config_hash=config, workload_spec={}, workload_hash="w",
+                           hardware={}, hardware_key="h", advisor_version="0",
+                           swept_from=swept_from)
+
+    trials = [
+        trial(1, 0, "a"),                 # an instance of study 1 and the settings it swept
+        trial(1, 1, "a-wide", swept_from=0),
+        trial(1, 2, "b"),                 # an instance of its own
+        trial(2, 0, "a-wide"),            # another study measured a swept config: joined
+        trial(2, 1, "c"),
+        trial(2, 2, "d", swept_from=1),   # study 2's instance 1, not study 1's trial 1
+    ]
+    g = instance_groups(trials)
+    assert g[0] == g[1] == g[3]
+    assert len({g[0], g[2], g[4]}) == 3
+    assert g[4] == g[5]
