@@ -98,7 +98,7 @@ def test_version(tmp_path: Path) -> None:
     (["tune", "--help"], ["tpe|gp|random", "llama-3-8b", "--trial-timeout"]),
     (["trials", "--help"], ["|".join(TrialStatus.ALL), "--wide", "--csv"]),
     (["cheatsheet", "--help"], ["md|html|json", "interactive|standard|throughput"]),
-    (["knowledge", "eval", "--help"], ["config|workload"]),
+    (["knowledge", "eval", "--help"], ["config|instance|workload"]),
     (["sweep", "run", "--help"], ["local|ray"]),
 ])
 def test_help_lists_the_choices(args: list[str], shown: list[str], tmp_path: Path) -> None:
