@@ -961,13 +961,13 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     out: dict[str, MetricScore] = {}
     if group_by not in GROUP_BY:
         raise ValueError(f"`group_by` must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
-    instances = instance_groups(usable) if group_by == "instance" else []
+    # One group label per usable trial (None: _xy's config groups).
+    trial_groups = (instance_groups(usable) if group_by == "instance"
+                    else [t.workload_hash for t in usable] if group_by == "workload" else None)
     for metric in metrics if metrics is not None else _metric_names(usable):
         X, y, groups, idx = _xy(usable, encoder, metric)
-        if group_by == "workload":
-            groups = np.asarray([usable[i].workload_hash for i in idx])
-        elif group_by == "instance":
-            groups = np.asarray([instances[i] for i in idx])
+        if trial_groups is not None:
+            groups = np.asarray([trial_groups[i] for i in idx])
         n_groups = len(set(groups.tolist()))
         k = min(folds, n_groups)
         if k < 2 or len(y) < 4:

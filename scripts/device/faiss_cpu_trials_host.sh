@@ -22,9 +22,9 @@ export PYTHONPATH=/tmp/site:$PWD ADVISOR_CACHE_DIR=/tmp/advcache
 mkdir -p "$ADVISOR_CACHE_DIR/datasets"
 cp -r .devdata/datasets/. "$ADVISOR_CACHE_DIR/datasets/"
 python3 - <<'PY'
-import json, pathlib, shutil
+import json, os, pathlib, shutil
 from objectives.datasets.vectors import _cache_key, dataset_params
-root = pathlib.Path("/tmp/advcache/datasets")
+root = pathlib.Path(os.environ["ADVISOR_CACHE_DIR"]) / "datasets"
 for d in list(root.iterdir()):
     key = _cache_key(dataset_params(json.loads((d / "provenance.json").read_text())["params"]))
     if d.name != key:  # a warm machine may hold it from an earlier call
