@@ -135,9 +135,32 @@ def _usage_tokens(data: Mapping[str, Any]) -> int | None:
     return tokens
 
 
+#: A stream's per-request ``timings`` object (llama.cpp's server sends one with its last chunk)
+#: -> the names :attr:`RequestRecord.server_timings` uses (``SERVER_TIMING_KEYS``).
+_TIMINGS_FIELDS: dict[str, str] = {"prompt_ms": "prompt_ms", "predicted_ms": "decode_ms",
+                                   "predicted_n": "decode_tokens"}
+
+
+def _server_timings(data: Mapping[str, Any]) -> dict[str, float] | None:
+    """The per-request timings a chunk carries (None when it carries none or not all of them:
+    a partial set cannot be checked against the client's)."""
+    timings = data.get("timings")
+    if not isinstance(timings, Mapping):
+        return None
+    out: dict[str, float] = {}
+    for field, key in _TIMINGS_FIELDS.items():
+        value = timings.get(field)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        out[key] = float(value)
+    return out
+
+
 async def _consume_stream(response: httpx.Response, record: RequestRecord,
                           clock: Callable[[], float], endpoint: Endpoint) -> int | None:
-    """Read SSE lines into ``record.chunk_times_s``; returns the usage's completion tokens."""
+    """Read SSE lines into ``record.chunk_times_s`` (and the server's own timings of the request
+    into ``record.server_timings`` where it reports them); returns the usage's completion
+    tokens."""
     usage_tokens: int | None = None
     async for raw in response.aiter_lines():
         now = clock()  # taken before parsing, so parsing cost does not inflate latencies
@@ -161,6 +184,8 @@ async def _consume_stream(response: httpx.Response, record: RequestRecord,
         tokens = _usage_tokens(data)
         if tokens is not None:
             usage_tokens = tokens
+        if (timings := _server_timings(data)) is not None:
+            record.server_timings = timings
     return usage_tokens
 
 

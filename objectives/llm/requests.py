@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["RequestRecord", "RequestSpec"]
+__all__ = ["SERVER_TIMING_KEYS", "RequestRecord", "RequestSpec"]
+
+#: The per-request timings a server may report with its last stream chunk, as
+#: :attr:`RequestRecord.server_timings` keeps them: ``prompt_ms`` from when the engine took the
+#: request up to its first token (queueing before that is not in it), ``decode_ms`` from the
+#: first token to the last, ``decode_tokens`` the tokens generated.
+SERVER_TIMING_KEYS: tuple[str, ...] = ("prompt_ms", "decode_ms", "decode_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,9 @@ class RequestRecord:
     report when it gives one). ``error`` is set, with the reason, when the request failed.
     ``cut_s`` is set when the measurement stopped waiting for it (the workload's drain limit):
     it had not finished by then, and its latencies are known only as lower bounds.
+    ``server_timings`` holds the per-request timings the server reported at the end of the
+    stream, where it reports any (:data:`SERVER_TIMING_KEYS`): the validity gate holds the
+    client's own timings against them.
     """
 
     index: int
@@ -56,6 +65,7 @@ class RequestRecord:
     output_tokens: int = 0
     error: str | None = None
     cut_s: float | None = None
+    server_timings: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:

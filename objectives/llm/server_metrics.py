@@ -90,6 +90,9 @@ class MetricVocabulary:
     waiting: str | None = None
     kv_cache_usage: str | None = None
     preemptions: str | None = None
+    #: A counter of seconds summed over finished requests, each from its first token to its last
+    #: (llama.cpp's ``tokens_predicted_seconds_total``): the client's own spans must add up to it.
+    decode_seconds: str | None = None
     reset_cache_path: str | None = None
 
     def histograms(self) -> dict[str, str]:
@@ -97,7 +100,8 @@ class MetricVocabulary:
         return {f: name for f in HISTOGRAM_FAMILIES if (name := getattr(self, f)) is not None}
 
     def counters(self) -> dict[str, str]:
-        return {key: name for key in ("generation_tokens", "finished_requests", "preemptions")
+        return {key: name for key in ("generation_tokens", "finished_requests", "preemptions",
+                                      "decode_seconds")
                 if (name := getattr(self, key)) is not None}
 
     def gauges(self) -> dict[str, str]:

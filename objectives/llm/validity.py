@@ -23,6 +23,13 @@ event loop and send schedule stayed within :data:`MAX_LOOP_LAG_P99_MS` and
 
 ``valid`` therefore always means client and server agree within :class:`Tolerance`.
 
+Servers without latency histograms are checked with what they do report. llama.cpp's server
+streams each request's own timings with its last chunk (:attr:`RequestRecord.server_timings`):
+per-request TPOT is then compared exactly (mean and p95), and the client's TTFT must not lie
+below the server's prompt time, which starts when a slot takes the request up (a floor: the wait
+for a free slot is not in it). Its ``tokens_predicted_seconds_total`` counter sums the same
+first-to-last-token spans over the window, and the client's spans must add up to it.
+
 Percentile checks use the bucket a server percentile is known to lie in (``p95_bracket_ms`` from
 :mod:`objectives.llm.server_metrics`): the client's value agrees when it is within tolerance of
 that bracket. Means are exact on both sides and checked directly. docs/metrics.md justifies the
@@ -58,8 +65,9 @@ __all__ = [
 
 #: Bumped when the gate's rules change (stored with every verdict). 1: a client reading more than
 #: the server was client-bound; 2: only the client's own health makes it client-bound, a healthy
-#: client reading more was valid; 3: that case is ``frontend_delay``, ``valid`` means agreement.
-GATE_VERSION = 3
+#: client reading more was valid; 3: that case is ``frontend_delay``, ``valid`` means agreement;
+#: 4: per-request timings streamed by the server and a decode-seconds counter are checked too.
+GATE_VERSION = 4
 VALID, UNCHECKED, CLIENT_BOUND, SERVER_DISAGREES, FRONTEND_DELAY = (
     "valid", "unchecked", "client_bound", "server_disagrees", "frontend_delay")
 #: A client whose event loop woke later than this at the 99th percentile timed chunks late by as
@@ -219,6 +227,66 @@ def _count_check(name: str, client: float, server: float, tolerance: Tolerance) 
     return Check(name, client, server, allowed, abs(diff) <= allowed, diff)
 
 
+def _lower_bound_check(name: str, family: str, client: float, server_floor: float,
+                       tolerance: Tolerance) -> Check:
+    """The client's value must not lie below what the server knows is a floor for it (a client
+    reading more is expected: the floor leaves out time the server cannot see)."""
+    allowed = tolerance.allowed_ms(family, server_floor)
+    diff = client - server_floor
+    return Check(name, client, server_floor, allowed, diff >= -allowed, min(0.0, diff))
+
+
+def _decode_span_s(record: RequestRecord) -> float:
+    """From the client's first output chunk to its last: what a server times from a request's
+    first token to its last."""
+    return record.chunk_times_s[-1] - record.chunk_times_s[0]
+
+
+def _streamed_timing_checks(records: Sequence[RequestRecord], tolerance: Tolerance
+                            ) -> list[Check]:
+    """Checks against the timings the server streamed back with each request
+    (:attr:`RequestRecord.server_timings`): per-request TPOT (mean and p95, exact on both sides),
+    and the TTFT the client read against the server's prompt time, a floor for it (the server
+    starts its clock when it takes the request up, after any wait for a free slot)."""
+    timed = [r for r in records if r.ok and r.server_timings is not None]
+    if not timed:
+        return []
+    checks: list[Check] = []
+    client_tpot, server_tpot = [], []
+    for r in timed:
+        assert r.server_timings is not None
+        steps = r.server_timings["decode_tokens"] - 1
+        if r.output_tokens > 1 and steps > 0:
+            client_tpot.append(_decode_span_s(r) * 1e3 / (r.output_tokens - 1))
+            server_tpot.append(r.server_timings["decode_ms"] / steps)
+    if client_tpot:
+        for name, stat in (("streamed_tpot_mean_ms", np.mean),
+                           ("streamed_tpot_p95_ms", lambda v: np.percentile(v, 95))):
+            checks.append(_mean_check(name, "tpot", float(stat(client_tpot)),
+                                      float(stat(server_tpot)), tolerance))
+    client_ttft = [(r.chunk_times_s[0] - r.scheduled_s) * 1e3 for r in timed]
+    server_prompt = [r.server_timings["prompt_ms"] for r in timed if r.server_timings]
+    checks.append(_lower_bound_check("ttft_mean_over_streamed_prompt_ms", "ttft",
+                                     float(np.mean(client_ttft)), float(np.mean(server_prompt)),
+                                     tolerance))
+    return checks
+
+
+def _decode_total_check(records: Sequence[RequestRecord], server_decode_s: float,
+                        tolerance: Tolerance) -> Check | None:
+    """The client's first-to-last-chunk spans, summed over finished requests, against the
+    server's counter of the same spans (e.g. llama.cpp's ``tokens_predicted_seconds_total``)."""
+    done = [r for r in records if r.ok]
+    if not done:
+        return None
+    steps = sum(max(r.output_tokens - 1, 0) for r in done)
+    client_ms = sum(_decode_span_s(r) for r in done) * 1e3
+    server_ms = server_decode_s * 1e3
+    allowed = max(tolerance.relative * abs(server_ms), tolerance.tpot_floor_ms * max(steps, 1))
+    diff = client_ms - server_ms
+    return Check("decode_total_ms", client_ms, server_ms, allowed, abs(diff) <= allowed, diff)
+
+
 def _p99(values: Sequence[float]) -> float | None:
     return float(np.percentile(np.asarray(values), 99)) if len(values) else None
 
@@ -245,14 +313,20 @@ def judge(records: Sequence[RequestRecord], server: Mapping[str, Any] | None, *,
     if late is not None and late > MAX_SEND_LATE_P99_MS:
         lagging = True
         reasons.append(f"requests sent late: p99 {late:.1f} ms > {MAX_SEND_LATE_P99_MS:g} ms")
-    if not server or not any(f in server for f in ("ttft", "tpot", "e2e")):
+    cut = any(r.cut_s is not None for r in records)
+    streamed = _streamed_timing_checks(records, tol)
+    decode_s = None if not server or cut else server.get("decode_seconds_delta")
+    if not streamed and decode_s is None and (
+            not server or not any(f in server for f in ("ttft", "tpot", "e2e"))):
         why = "the server exposes no usable metrics"
         if server and server.get("reason"):
             why += f" ({server['reason']})"
         return Verdict(CLIENT_BOUND if lagging else UNCHECKED, (*reasons, why), (), lag, late)
+    server = server or {}
     view = _client_view(records)
-    checks: list[Check] = []
-    cut = any(r.cut_s is not None for r in records)
+    checks: list[Check] = list(streamed)
+    if decode_s is not None and (check := _decode_total_check(records, float(decode_s), tol)):
+        checks.append(check)
     for family in ("ttft", "tpot", "e2e"):
         summary = server.get(family)
         values = view[family]

@@ -243,3 +243,34 @@ def test_without_cutoff_every_request_finishes() -> None:
     result = run_load(BASE, "m", [spec(i, arrival=0.005 * i) for i in range(4)],
                       transport=fake.transport(), cutoff_s=30.0)
     assert all(r.ok and r.cut_s is None for r in result.records)
+
+
+def test_timings_streamed_with_the_last_chunk_are_kept() -> None:
+    # llama.cpp's server sends its own timings of the request with its last chunk.
+    timings = {"prompt_n": 4, "prompt_ms": 12.5, "predicted_n": 3, "predicted_ms": 7.25,
+               "predicted_per_token_ms": 3.6, "cache_n": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(3):
+                yield sse({"choices": [{"index": 0, "text": " t5"}]})
+            yield sse({"choices": [], "usage": {"completion_tokens": 3}, "timings": timings})
+            yield b"data: [DONE]\n\n"
+        return httpx.Response(200, content=body())
+
+    result = run_load(BASE, "m", [spec()], transport=httpx.MockTransport(handler))
+    (record,) = result.records
+    assert record.ok and record.output_tokens == 3
+    assert record.server_timings == {"prompt_ms": 12.5, "decode_ms": 7.25, "decode_tokens": 3.0}
+
+
+def test_a_partial_timings_object_is_not_kept() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        async def body() -> AsyncIterator[bytes]:
+            yield sse({"choices": [{"index": 0, "text": " t5"}], "timings": {"prompt_ms": 1.0}})
+            yield b"data: [DONE]\n\n"
+        return httpx.Response(200, content=body())
+
+    (record,) = run_load(BASE, "m", [spec(output=1)],
+                         transport=httpx.MockTransport(handler)).records
+    assert record.ok and record.server_timings is None

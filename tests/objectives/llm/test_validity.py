@@ -120,3 +120,62 @@ def test_cut_requests_keep_e2e_out_of_the_comparison() -> None:
     recs[-1].error = "cut off"
     v = judge(recs, server_view(50.0))
     assert not any(c.name.startswith("e2e") for c in v.checks)
+
+
+# -- servers without latency histograms: per-request streamed timings and a decode counter ------
+
+
+def streamed(recs: list[RequestRecord], *, prompt_ms: float, tpot_ms: float,
+             tokens: int = 20) -> list[RequestRecord]:
+    """``recs`` with the timings a server like llama.cpp's streams back with each request."""
+    for r in recs:
+        r.server_timings = {"prompt_ms": prompt_ms, "decode_ms": tpot_ms * (tokens - 1),
+                            "decode_tokens": float(tokens)}
+    return recs
+
+
+def counters_only(*, decode_s: float, tokens: int = 800) -> dict[str, Any]:
+    return {"generation_tokens_delta": tokens, "decode_seconds_delta": decode_s}
+
+
+def test_streamed_timings_that_agree_make_a_window_valid() -> None:
+    # Client: TTFT 50 ms, 10 ms between tokens; the server took the request up 5 ms after it
+    # arrived (a 45 ms prompt) and decoded each token in 10 ms.
+    recs = streamed(records(0.05), prompt_ms=45.0, tpot_ms=10.0)
+    v = judge(recs, counters_only(decode_s=40 * 19 * 0.010), loop_lag_s=[0.001] * 100)
+    assert v.validity == VALID, v.reasons
+    names = {c.name for c in v.checks}
+    assert {"streamed_tpot_mean_ms", "streamed_tpot_p95_ms", "ttft_mean_over_streamed_prompt_ms",
+            "decode_total_ms", "output_tokens"} <= names
+
+
+def test_a_client_reading_ttft_below_the_servers_prompt_time_disagrees() -> None:
+    # The server says the prompt alone took 200 ms; the client read a first token after 50 ms.
+    v = judge(streamed(records(0.05), prompt_ms=200.0, tpot_ms=10.0), None)
+    assert v.validity == SERVER_DISAGREES
+    assert any("streamed_prompt" in r for r in v.reasons)
+
+
+def test_queueing_above_the_servers_prompt_time_is_not_a_disagreement() -> None:
+    # 500 ms of waiting for a free slot: the server's prompt time is only a floor for TTFT.
+    v = judge(streamed(records(0.5), prompt_ms=20.0, tpot_ms=10.0), None)
+    assert v.validity == VALID, v.reasons
+
+
+def test_slower_tokens_than_the_server_streamed_are_not_valid() -> None:
+    # The healthy client read 10 ms per token, the server says 5 ms: latency on top of the
+    # server's, labelled; a client reading 10 ms against 20 ms disagrees.
+    assert judge(streamed(records(0.05), prompt_ms=40.0, tpot_ms=5.0), None
+                 ).validity == FRONTEND_DELAY
+    assert judge(streamed(records(0.05), prompt_ms=40.0, tpot_ms=20.0), None
+                 ).validity == SERVER_DISAGREES
+
+
+def test_the_decode_counter_must_match_the_clients_spans() -> None:
+    spans_s = 40 * 19 * 0.010
+    assert judge(records(0.05), counters_only(decode_s=spans_s)).validity == VALID
+    assert judge(records(0.05), counters_only(decode_s=spans_s * 2)).validity == SERVER_DISAGREES
+    recs = records(0.05)
+    recs[-1].cut_s, recs[-1].end_s, recs[-1].error = recs[-1].end_s, None, "cut off"
+    # A cut request's span is not the server's: without another source nothing is checked.
+    assert judge(recs, counters_only(decode_s=spans_s * 2)).validity == UNCHECKED
