@@ -35,7 +35,9 @@ def _latency_family(prefix: str, what: str, targets: tuple[str, ...]) -> list[Me
 
 
 _FAISS = ("faiss",)
-_LLM = ("transformers", "vllm", "tensorrt-llm", "openai", "rag")
+_LLM = ("transformers", "vllm", "tensorrt-llm", "tgi", "ollama", "llamacpp", "openai", "rag")
+#: Serving targets that know the weights they loaded (file type or quantization, and bytes).
+_WEIGHTS = ("vllm", "llamacpp")
 _RAG = ("rag",)
 
 _SPECS: list[MetricSpec] = [
@@ -80,7 +82,17 @@ _SPECS: list[MetricSpec] = [
     MetricSpec("requests_per_s", "requests/s", "higher", "completed requests per second", _LLM),
     MetricSpec("goodput_requests_per_s", "requests/s", "higher",
                "requests per second that met every per-request SLO (DistServe goodput)", _LLM),
-    MetricSpec("peak_memory_mb", "MiB", "lower", "peak accelerator (or process) memory", _LLM),
+    MetricSpec("peak_memory_mb", "MiB", "lower",
+               "peak accelerator memory of the engine's processes (on a CPU engine: their peak "
+               "resident memory)", _LLM),
+    # Quantization's effect, per trial: the memory the weights take, and bits per weight as a
+    # stated quality proxy (random weights have no quality to measure: docs/engines.md).
+    MetricSpec("weights_mb", "MiB", "lower",
+               "memory of the model's weights as the engine loaded them (quantization shrinks it)",
+               _WEIGHTS),
+    MetricSpec("bits_per_weight", "bits", "higher",
+               "average bits per weight of the loaded model: a stated quality proxy for the "
+               "quantization (16 = unquantized), not a measured quality", _WEIGHTS),
     MetricSpec("failed_requests", "count", "lower", "requests that errored", _LLM),
     MetricSpec("cut_requests", "count", "lower",
                "requests unfinished at the workload's drain limit (latencies as lower bounds)",

@@ -21,6 +21,9 @@ TARGETS: dict[str, str] = {
     "transformers": "objectives.targets.transformers_target:TransformersTarget",
     "vllm": "objectives.targets.vllm_target:VllmTarget",
     "tensorrt-llm": "objectives.targets.tensorrt_llm_target:TensorRTLLMTarget",
+    "tgi": "objectives.targets.tgi_target:TGITarget",
+    "ollama": "objectives.targets.ollama_target:OllamaTarget",
+    "llamacpp": "objectives.targets.llamacpp_target:LlamaCppTarget",
     "openai": "objectives.targets.openai_target:OpenAITarget",
     "rag": "objectives.targets.rag_target:RagTarget",
 }

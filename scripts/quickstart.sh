@@ -28,6 +28,26 @@ fi
 echo "==> installing slo-advisor with the faiss, embed, llm, postgres, api, ray, dashboard and dev extras"
 "$VPY" -m pip install -q -e ".[faiss,embed,llm,postgres,api,ray,dashboard,dev]"
 
+# The llamacpp target's extra, for the tests (--setup-only, what CI runs): llama-cpp-python is an
+# sdist only, so pip builds llama.cpp from source, with its tools on so the same install gives
+# llama-server (objectives/targets/llamacpp_target.py:CMAKE_ARGS, which a test keeps equal to
+# this). Once: pip caches the built wheel, and an install that works is left alone.
+LLAMACPP_CMAKE_ARGS="-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_TOOLS_INSTALL=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF"
+llamacpp_ready() {
+  "$VPY" -c "from objectives.targets.llamacpp_target import LlamaCppTarget as T
+t = T(); t.check_available(); assert t.installed_version() == '0.3.36'" 2>/dev/null
+}
+if [ "${1:-}" = "--setup-only" ] && ! llamacpp_ready; then
+  echo "==> installing the llamacpp extra (builds llama.cpp from source: 5-10 min on 2 cores, once)"
+  began=$SECONDS
+  CMAKE_ARGS="$LLAMACPP_CMAKE_ARGS" "$VPY" -m pip install -q -e ".[llamacpp]"
+  if ! llamacpp_ready; then  # a cached or earlier build without llama-server: build it again
+    CMAKE_ARGS="$LLAMACPP_CMAKE_ARGS" "$VPY" -m pip install -q --force-reinstall --no-deps \
+      --no-cache-dir "llama-cpp-python==0.3.36"
+  fi
+  echo "==> llamacpp extra installed in $((SECONDS - began)) s"
+fi
+
 if [ "${1:-}" = "--setup-only" ]; then
   echo "==> set up; run the tests with: bash scripts/test.sh"
   exit 0

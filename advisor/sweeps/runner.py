@@ -48,7 +48,7 @@ BEST, PREVIOUS_BEST = pairing.BEST, "previous-best"
 #: Seconds one trial is guessed to take when the store has no trial of the target on this
 #: hardware to estimate from (only the plan uses it).
 _GUESS_TRIAL_S = {"faiss": 5.0, "transformers": 90.0, "vllm": 150.0, "tensorrt-llm": 300.0,
-                  "openai": 60.0, "rag": 90.0}
+                  "tgi": 300.0, "ollama": 150.0, "openai": 60.0, "rag": 90.0}
 
 
 def exit_code_for(regressions: int, failing: int) -> int:

@@ -17,7 +17,8 @@ from typing import Any
 from advisor.errors import WorkloadError
 from objectives.atomic_files import atomic_write_text
 
-__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "model_config", "prompt_text", "write_model_dir"]
+__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "model_config", "model_dir_parameters",
+           "parameter_count", "prompt_text", "write_model_dir"]
 
 N_SPECIAL_TOKENS = 3  # <pad>=0, <s>=1, </s>=2
 _LLAMA_BASE: dict[str, Any] = {
@@ -59,6 +60,39 @@ def model_config(shape: str) -> dict[str, Any]:
         raise WorkloadError(f"unknown model shape {shape!r}; known shapes: "
                             f"{', '.join(sorted(MODEL_SHAPES))}, or give a local model path"
                             ) from None
+
+
+def parameter_count(config: Mapping[str, Any]) -> int:
+    """The number of weights of a dense Llama-style decoder with this ``config.json``: the token
+    embedding, per layer the attention projections (q, k, v, o; grouped-query k/v), the gated MLP
+    (gate, up, down) and two RMS norms, the final norm, and the output matrix unless it is tied
+    to the embedding. Biases are counted where the config turns them on.
+
+    meta-llama/Llama-3.2-1B: 1,235,814,400; Meta-Llama-3-8B: 8,030,261,248 (as published).
+    """
+    hidden, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+    layers, vocab = int(config["num_hidden_layers"]), int(config["vocab_size"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    if config.get("attention_bias"):
+        attention += q_out + 2 * kv_out + hidden
+    mlp = 3 * hidden * inter + ((2 * inter + hidden) if config.get("mlp_bias") else 0)
+    per_layer = attention + mlp + 2 * hidden
+    output = 0 if config.get("tie_word_embeddings", False) else vocab * hidden
+    return vocab * hidden + layers * per_layer + hidden + output
+
+
+def model_dir_parameters(directory: Path) -> int | None:
+    """:func:`parameter_count` of the model whose ``config.json`` is in ``directory``; None when
+    it cannot be read or is not a dense decoder config this count knows."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text())
+        return parameter_count(config)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def prompt_text(token_ids: tuple[int, ...] | list[int]) -> str:

@@ -77,10 +77,12 @@ __all__ = [
     "measure_endpoint",
     "measure_window",
     "package_versions",
+    "process_peak_rss_mb",
     "process_tree",
     "resolve_model",
     "root_cause",
     "validity_details",
+    "weight_metrics",
 ]
 
 DEFAULT_LOG_TAIL_CHARS = 4000
@@ -689,6 +691,35 @@ def gpu_memory_mb(pids: set[int]) -> float | None:
                 total += float(used)
                 seen = True
     return total if seen else None
+
+
+def process_peak_rss_mb(pids: set[int]) -> float | None:
+    """The peak resident memory (MiB, ``VmHWM``) of ``pids`` summed: what a CPU engine held at
+    most, its memory-mapped weights included once touched. None when none can be read."""
+    total, seen = 0.0, False
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total += float(line.split()[1]) / 1024  # kB
+                seen = True
+                break
+    return total if seen else None
+
+
+def weight_metrics(weights_bytes: float | None, parameters: int | None) -> dict[str, float]:
+    """``weights_mb`` and ``bits_per_weight`` (the stated quality proxy of a quantization) from
+    the bytes the engine loaded and the model's parameter count; what cannot be known is left
+    out."""
+    out: dict[str, float] = {}
+    if weights_bytes is not None and weights_bytes > 0:
+        out["weights_mb"] = weights_bytes / 2**20
+        if parameters:
+            out["bits_per_weight"] = weights_bytes * 8 / parameters
+    return out
 
 
 def package_versions(*names: str) -> dict[str, str]:

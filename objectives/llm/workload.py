@@ -49,6 +49,7 @@ from objectives.llm.requests import RequestSpec
 from objectives.workload import Workload
 
 __all__ = [
+    "CPU_PRESETS",
     "KIND",
     "PRESETS",
     "ArrivalSpec",
@@ -68,6 +69,8 @@ __all__ = [
 
 KIND = "llm-serving"
 PRESETS: tuple[str, ...] = ("chat", "rag-long-prompt", "batch-summarize")
+#: Presets sized for a small model on a few CPU cores (not scaled further by :func:`cpu_scaled`).
+CPU_PRESETS: tuple[str, ...] = ("chat-1b-cpu",)
 
 Process = Literal["poisson", "gamma", "concurrency", "trace"]
 Dist = Literal["fixed", "uniform", "lognormal"]
@@ -583,12 +586,14 @@ def max_concurrency(spec: LLMWorkloadSpec) -> int | None:
 # -- presets ---------------------------------------------------------------------------------------
 
 def load_preset(name: str, **overrides: Any) -> Workload:
-    """The shipped workload ``name`` (one of :data:`PRESETS`), with top-level params replaced.
+    """The shipped workload ``name`` (one of :data:`PRESETS` or :data:`CPU_PRESETS`), with
+    top-level params replaced.
 
     ``load_preset("chat", model="llama-3.2-1b", n_requests=100)``; the result is validated.
     """
-    if name not in PRESETS:
-        raise WorkloadError(f"unknown LLM workload preset {name!r}; presets: {', '.join(PRESETS)}")
+    if name not in PRESETS + CPU_PRESETS:
+        raise WorkloadError(f"unknown LLM workload preset {name!r}; presets: "
+                            f"{', '.join(PRESETS + CPU_PRESETS)}")
     text = resources.files("objectives").joinpath("workloads", f"{name}.yaml").read_text()
     workload = Workload.from_spec(yaml.safe_load(text))
     if overrides:

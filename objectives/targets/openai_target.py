@@ -36,6 +36,7 @@ from objectives.llm.serving_target import ServingTarget
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn
 from objectives.targets.tensorrt_llm_target import TRTLLM_METRICS
+from objectives.targets.tgi_target import TGI_METRICS
 from objectives.targets.vllm_bench import VllmBenchServe
 from objectives.targets.vllm_target import VLLM_METRICS
 from objectives.workload import Workload
@@ -49,8 +50,8 @@ API_KEY_ENV = "ADVISOR_OPENAI_API_KEY"
 TARGET_PARAMS = frozenset({"base_url", "served_model", "extra_body", "server_metrics",
                            CLIENT_PROCESSES_PARAM, CLIENT_PROCESSES_MAX_PARAM})
 #: The engines whose metrics the ``server_metrics`` param can name; "auto" tries them in order.
-KNOWN_VOCABULARIES: dict[str, MetricVocabulary] = {v.source: v for v in (VLLM_METRICS,
-                                                                         TRTLLM_METRICS)}
+KNOWN_VOCABULARIES: dict[str, MetricVocabulary] = {
+    v.source: v for v in (VLLM_METRICS, TRTLLM_METRICS, TGI_METRICS)}
 AUTO = "auto"
 #: Sent with every request unless the workload's ``extra_body`` replaces it: vLLM, TensorRT-LLM
 #: and SGLang then produce exactly ``max_tokens`` tokens. Hosted APIs that refuse unknown fields

@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from advisor.errors import ConfigRejectedError, SearchSpaceError
+from objectives.llm.models import model_dir_parameters
 from objectives.llm.reference import ReferenceHarness
-from objectives.llm.server import ServingWorkload, package_versions
+from objectives.llm.server import ServingWorkload, package_versions, weight_metrics
 from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.serving_target import (
     EngineServer,
+    RunningServer,
     ServingTarget,
     shared_space,
     validation_errors,
@@ -82,6 +84,8 @@ _LOG_FACTS: dict[str, tuple[re.Pattern[str], type]] = {
     "kv_cache_max_concurrency": (
         re.compile(r"Maximum concurrency for [\d,]+ tokens per request: (?P<v>[\d.]+)x"), float),
     "kv_cache_memory_gib": (re.compile(r"Available KV cache memory: (?P<v>[\d.]+) GiB"), float),
+    # gpu_model_runner.py: "Model loading took %.4f GiB [memory ]and %.6f seconds".
+    "weights_gib": (re.compile(r"Model loading took (?P<v>[\d.]+) GiB"), float),
 }
 #: Start-up lines that only list the server's routes: left out of the stored log tail.
 _ROUTE_LINE = re.compile(r"\[launcher\.py:\d+\] Route: ")
@@ -247,6 +251,17 @@ class VllmTarget(ServingTarget):
 
     def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
         check_feasible(config, max_model_len)
+
+    def measure(self, running: RunningServer, served: ServingWorkload
+                ) -> tuple[dict[str, float], dict[str, Any]]:
+        """The shared measurement, plus the weights' memory as vLLM logged it after loading and
+        bits per weight over the model's parameter count (what a ``quantization`` did)."""
+        metrics, details = super().measure(running, served)
+        facts = engine_facts(running.server.log_tail(ENGINE_SERVER.log_read_chars))
+        if "weights_gib" in facts:
+            metrics.update(weight_metrics(facts["weights_gib"] * 2**30,
+                                          model_dir_parameters(served.model.path)))
+        return metrics, details
 
     def server_env(self, served: ServingWorkload) -> dict[str, str] | None:
         # Dev mode only adds endpoints; the trial uses /reset_prefix_cache so that replaying the

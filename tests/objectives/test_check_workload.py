@@ -8,7 +8,8 @@ import pytest
 from advisor.errors import WorkloadError
 from objectives.registry import get_target
 
-TARGETS = ["faiss", "rag", "transformers", "vllm", "tensorrt-llm", "openai", "scripted"]
+TARGETS = ["faiss", "rag", "transformers", "vllm", "tensorrt-llm", "tgi", "ollama", "openai",
+           "scripted"]
 
 
 @pytest.mark.parametrize("name", TARGETS)

@@ -23,7 +23,9 @@ from objectives.llm.metrics import (
 from objectives.llm.requests import RequestRecord
 from objectives.metrics import metrics_for_target
 
-LLM_METRICS = {m.name for m in metrics_for_target("vllm")} - {"peak_memory_mb"}
+# Reported by the targets from the engine, not summarized from the requests.
+LLM_METRICS = {m.name for m in metrics_for_target("vllm")} - {"peak_memory_mb", "weights_mb",
+                                                                "bits_per_weight"}
 
 
 def record(index: int = 0, *, scheduled: float = 0.0, sent: float | None = None,

@@ -18,7 +18,14 @@ import psutil
 import pytest
 
 from advisor.errors import EngineStartError
-from objectives.llm.server import ManagedServer, free_port, process_tree, root_cause
+from objectives.llm.server import (
+    ManagedServer,
+    free_port,
+    process_peak_rss_mb,
+    process_tree,
+    root_cause,
+    weight_metrics,
+)
 
 # A stdlib HTTP server: answers /health with 200 after DELAY seconds, forks a worker that
 # lives as long as it does (like vLLM's engine core), and writes both pids to PIDFILE.
@@ -237,3 +244,28 @@ def test_root_cause_takes_a_bare_exception_or_else_an_error_log_line() -> None:
     # An exception line wins over an ERROR line, wherever it is.
     assert root_cause(logged + "(EngineCore_DP0 pid=7) ValueError: bad block size\n") == \
         "ValueError: bad block size"
+
+
+def test_peak_resident_memory_of_a_process_tree() -> None:
+    # A child that touches 64 MiB and sleeps: its peak resident memory shows it, summed with
+    # this process's; a process that is gone counts for nothing.
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(64 * 2**20); "
+                              "b[::4096] = b'x' * len(b[::4096]); print(1, flush=True); "
+                              "time.sleep(30)"], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline()
+        alone = process_peak_rss_mb({child.pid})
+        assert alone is not None and alone >= 64
+        both = process_peak_rss_mb({child.pid, os.getpid()})
+        assert both is not None and both > alone
+    finally:
+        child.kill()
+        child.wait()
+    assert process_peak_rss_mb({child.pid}) is None
+    assert process_peak_rss_mb(set()) is None
+
+
+def test_weight_metrics_need_the_bytes_and_count_bits_per_parameter() -> None:
+    assert weight_metrics(2 * 2**30, 2**30) == {"weights_mb": 2048.0, "bits_per_weight": 16.0}
+    assert weight_metrics(2**20, None) == {"weights_mb": 1.0}
+    assert weight_metrics(None, 100) == {} and weight_metrics(0, 100) == {}

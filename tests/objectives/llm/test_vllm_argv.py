@@ -232,6 +232,26 @@ def test_engine_facts_and_log_excerpt_read_vllm_startup_lines() -> None:
 
 
 @pytest.mark.parametrize("line", [
+    # Both forms vLLM's model runners have logged (gpu_model_runner.py).
+    "(EngineCore pid=9) INFO [gpu_model_runner.py:3110] Model loading took 14.9889 GiB memory "
+    "and 3.812 seconds",
+    "(EngineCore pid=9) INFO [gpu_model_runner.py:3110] Model loading took 14.9889 GiB and "
+    "3.812 seconds",
+])
+def test_the_weights_vllm_loaded_become_weights_and_bits_per_weight(line: str) -> None:
+    from objectives.llm.models import model_config, parameter_count
+    from objectives.llm.server import weight_metrics
+    from objectives.targets.vllm_target import engine_facts
+
+    facts = engine_facts(line)
+    assert facts["weights_gib"] == 14.9889
+    metrics = weight_metrics(facts["weights_gib"] * 2**30,
+                             parameter_count(model_config("llama-3-8b")))
+    assert metrics["weights_mb"] == pytest.approx(14.9889 * 1024)
+    assert metrics["bits_per_weight"] == pytest.approx(16.0, abs=0.05)  # bf16 weights
+
+
+@pytest.mark.parametrize("line", [
     "INFO [api_utils.py:325] vLLM server version 0.26.0, serving model /tmp/m",
     " \x1b[93m▄▄\x1b[0m \x1b[94m▄█\x1b[0m \x1b[97;1m█     █     █ ▀▄▀ █\x1b[0m  version "
     "\x1b[97;1m0.26.0\x1b[0m",
