@@ -14,6 +14,9 @@ import hashlib
 import logging
 import os
 import pickle
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -49,6 +52,95 @@ class DataKey:
 
     trials: int
     newest_id: int
+
+
+#: Contexts are fitted in child processes when there are several and this process may use
+#: several cores (``ADVISOR_FIT_PROCESSES`` caps the processes; 1 fits everything here).
+FIT_PROCESSES_ENV = "ADVISOR_FIT_PROCESSES"
+#: One context's fit: its key, its complete trials, the family, whether to score, its failed
+#: trials and the study names (what :func:`knowledge.surrogate.fit_context` takes).
+FitJob = tuple[ContextKey, list[TrialRecord], str, bool, list[TrialRecord], dict[int, str]]
+
+
+def fit_job(job: FitJob) -> ContextModels:
+    ctx, rows, family, score, failed, names = job
+    return fit_context(ctx, rows, family=family, score=score, failed=failed, study_names=names)
+
+
+def fit_processes(n_jobs: int) -> int:
+    """How many processes fit ``n_jobs`` contexts: the usable cores (or
+    ``ADVISOR_FIT_PROCESSES``), at most one per context."""
+    raw = os.environ.get(FIT_PROCESSES_ENV, "")
+    try:
+        cap = int(raw) if raw else len(os.sched_getaffinity(0))
+    except ValueError:
+        cap = 1
+    return max(1, min(cap, n_jobs))
+
+
+def share_out(sizes: list[int], bins: int) -> list[list[int]]:
+    """Job indices split into ``bins`` shares of about equal total size, largest job first (each
+    goes to the least loaded share); the first share holds the largest job."""
+    shares: list[list[int]] = [[] for _ in range(bins)]
+    loads = [0] * bins
+    for i in sorted(range(len(sizes)), key=lambda j: -sizes[j]):
+        least = loads.index(min(loads))
+        shares[least].append(i)
+        loads[least] += sizes[i]
+    return shares
+
+
+def _child_path() -> str:
+    """Where a fitting child runs and what it puts first on its path: the directory holding this
+    package, so it imports the same code as this process (``-m`` puts the working directory
+    first, which must not be wherever the caller happens to run)."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _fit_all(jobs: list[FitJob]) -> list[ContextModels]:
+    """Every job's fit, in order. Contexts are independent and the biggest takes most of a fit's
+    time, so with several cores this process fits the share holding the biggest while child
+    processes (:mod:`knowledge.fit_worker`) fit the others at the same time. A child that fails
+    is logged and its share fitted here: a fit never fails for want of a process."""
+    processes = fit_processes(len(jobs))
+    if processes <= 1:
+        return [fit_job(job) for job in jobs]
+    shares = share_out([len(job[1]) + len(job[4]) for job in jobs], processes)
+    results: dict[int, ContextModels] = {}
+    with tempfile.TemporaryDirectory(prefix="advisor-fit-") as tmp:
+        children: list[tuple[list[int], Path, subprocess.Popen[bytes]]] = []
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [_child_path(), os.environ.get("PYTHONPATH")])), FIT_PROCESSES_ENV: "1"}
+        for n, share in enumerate(shares[1:], start=1):
+            if not share:
+                continue
+            jobs_path, out_path = Path(tmp) / f"jobs-{n}.pkl", Path(tmp) / f"out-{n}.pkl"
+            jobs_path.write_bytes(pickle.dumps([jobs[i] for i in share],
+                                               protocol=pickle.HIGHEST_PROTOCOL))
+            try:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "knowledge.fit_worker", str(jobs_path), str(out_path)],
+                    env=env, cwd=_child_path(), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE)
+            except OSError as exc:
+                log.warning("cannot start a fitting process (%s): fitting here", exc)
+                shares[0] += share
+                continue
+            children.append((share, out_path, child))
+        for i in shares[0]:
+            results[i] = fit_job(jobs[i])
+        for share, out_path, child in children:
+            _, err = child.communicate()
+            if child.returncode == 0 and out_path.is_file():
+                fitted = pickle.loads(out_path.read_bytes())  # our own child's output
+                results.update(zip(share, fitted, strict=True))
+                continue
+            log.warning("a fitting process failed (exit code %s): fitting its contexts here\n%s",
+                        child.returncode, err.decode(errors="replace")[-2000:])
+            for i in share:
+                results[i] = fit_job(jobs[i])
+    return [results[i] for i in range(len(jobs))]
 
 
 def data_key(store: TrialStore) -> DataKey:
@@ -100,14 +192,14 @@ class KnowledgeModels:
                 grouped.setdefault(context_of(t), []).append(t)
             elif t.status == TrialStatus.FAILED:
                 failed.setdefault(context_of(t), []).append(t)
-        contexts: dict[ContextKey, ContextModels] = {}
         names = {int(s.id or 0): s.name for s in store.list_studies(target)}
+        jobs: list[FitJob] = []
         for ctx, rows in sorted(grouped.items()):
             if len(rows) < MIN_TRIALS:
                 log.info("context %s: %d trials, too few to fit", ctx.label(), len(rows))
                 continue
-            contexts[ctx] = fit_context(ctx, rows, family=family, score=score,
-                                        failed=failed.get(ctx, []), study_names=names)
+            jobs.append((ctx, rows, family, score, failed.get(ctx, []), names))
+        contexts = dict(zip([job[0] for job in jobs], _fit_all(jobs), strict=True))
         return cls(key, family, contexts, fit_seconds=time.perf_counter() - started)
 
     def for_target(self, target: str) -> list[ContextModels]:
