@@ -14,7 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from advisor.errors import SearchSpaceError
 from search_spaces.knobs import Knob, parse_flags
 
-__all__ = ["SPACES_DIR", "SearchSpace", "load_space"]
+__all__ = ["SPACES_DIR", "SearchSpace", "load_space", "visible_gpu_count"]
 
 SPACES_DIR = Path(__file__).resolve().parent
 
@@ -218,12 +218,28 @@ def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) 
     return knob
 
 
+def visible_gpu_count() -> int:
+    """The NVIDIA GPUs this process may use, at least 1: ``CUDA_VISIBLE_DEVICES`` when set (as a
+    Ray trial's is), else the ``/dev/nvidiaN`` device files. Cheap and engine-free on purpose:
+    a space is loaded often, and a wrong count only bounds a knob (the target checks again,
+    exactly, before a start)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        return max(1, len([v for v in ids if not v.startswith("-")]))
+    devices = [p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit()]
+    return max(1, len(devices))
+
+
 def _resolve_high(value: Any) -> Any:
-    """``cpu_count`` (as ``high`` or ``default``) means this machine's usable cores."""
+    """``cpu_count`` (as ``high`` or ``default``) means this machine's usable cores, ``gpu_count``
+    the GPUs it may use (:func:`visible_gpu_count`)."""
     if value == "cpu_count":
         if hasattr(os, "sched_getaffinity"):
             return len(os.sched_getaffinity(0))
         return os.cpu_count() or 1
+    if value == "gpu_count":
+        return visible_gpu_count()
     return value
 
 

@@ -17,6 +17,7 @@ directory, flags and port are appended to it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from advisor.errors import ConfigRejectedError, SearchSpaceError
+from objectives.hardware import fingerprint
 from objectives.llm.models import model_dir_parameters
 from objectives.llm.reference import ReferenceHarness
 from objectives.llm.server import ServingWorkload, package_versions, weight_metrics
@@ -50,7 +52,9 @@ __all__ = [
     "VllmTarget",
     "build_argv",
     "check_feasible",
+    "check_parallel",
     "engine_facts",
+    "gpus_needed",
     "installed_version",
     "knob_argv",
     "log_excerpt",
@@ -193,6 +197,39 @@ def check_feasible(config: Mapping[str, Any], max_model_len: int) -> None:
             "kv_cache_dtype fp8 (e4m3) or auto")
 
 
+def _read_config(model_dir: Path) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def gpus_needed(config: Mapping[str, Any]) -> int:
+    """GPUs one server of ``config`` takes: tensor-parallel size x data-parallel size."""
+    return int(config.get("tensor_parallel_size", 1)) * int(config.get("data_parallel_size", 1))
+
+
+def check_parallel(config: Mapping[str, Any], *, gpus: int | None,
+                   model_config: Mapping[str, Any] | None) -> None:
+    """Reject, before a start, a parallel layout this machine or this model cannot run: more GPUs
+    than the process may use (``gpus``; None when unknown, e.g. no nvidia-smi), or a
+    tensor-parallel size that does not divide the attention heads (vLLM's ModelConfig
+    verify_with_parallel_config refuses it after loading the engine)."""
+    need = gpus_needed(config)
+    if gpus is not None and need > gpus:
+        raise ConfigRejectedError(
+            f"tensor_parallel_size {config.get('tensor_parallel_size', 1)} x data_parallel_size "
+            f"{config.get('data_parallel_size', 1)} needs {need} GPUs, but this process may use "
+            f"{gpus}")
+    tp = int(config.get("tensor_parallel_size", 1))
+    heads = (model_config or {}).get("num_attention_heads")
+    if isinstance(heads, int) and heads % tp:
+        raise ConfigRejectedError(
+            f"tensor_parallel_size {tp} does not divide the model's {heads} attention heads "
+            "(vLLM requires it to)")
+
+
 def installed_version() -> str | None:
     """vLLM's version from its package metadata (None when not installed here)."""
     return package_versions("vllm").get("vllm")
@@ -244,6 +281,8 @@ class VllmTarget(ServingTarget):
     def server_argv(self, config: Mapping[str, Any], served: ServingWorkload, *, port: int,
                     engine_version: str | None, max_model_len: int, workdir: Path
                     ) -> tuple[list[str], dict[str, Any]]:
+        check_parallel(config, gpus=len(fingerprint()["gpus"]) or None,
+                       model_config=_read_config(served.model.path))
         return build_argv(
             config, model_dir=served.model.path, port=port, engine_version=engine_version,
             max_model_len=max_model_len, seed=served.spec.seed,

@@ -86,3 +86,12 @@ def test_shipped_nightly_cpu_sweep_is_valid() -> None:
     spec = load_sweep(ROOT / "sweeps" / "nightly-cpu.yaml")
     assert {c.target for c in spec.cells} == {"faiss", "transformers"}
     assert len(spec.cells) == 3 and spec.workers == 2 and spec.repeats >= 2
+
+
+def test_shipped_two_gpu_vllm_sweep_loads_here_with_one_gpu_per_trial() -> None:
+    # It must load on a machine without GPUs (plan it, check it) even though it runs on two.
+    spec = load_sweep(ROOT / "sweeps" / "h200-x2-vllm-ray.yaml")
+    (cell,) = spec.cells
+    assert cell.target == "vllm" and spec.backend == "ray" and spec.workers == 2
+    assert dict(cell.fixed) == {"tensor_parallel_size": 1, "data_parallel_size": 1}
+    assert spec.ray.gpus_per_trial == 1

@@ -17,6 +17,8 @@ from objectives.targets.vllm_target import (
     VllmTarget,
     build_argv,
     check_feasible,
+    check_parallel,
+    gpus_needed,
     rejection_reason,
     server_command,
 )
@@ -30,7 +32,7 @@ VERIFIED_FLAGS_0_26 = {
     "--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization",
     "--quantization", "--kv-cache-dtype", "--kv-offloading-size", "--kv-offloading-backend",
     "--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager",
-    "--compilation-config.cudagraph_mode",
+    "--compilation-config.cudagraph_mode", "--tensor-parallel-size", "--data-parallel-size",
 }
 BOOL_FLAGS = {"--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager"}
 
@@ -261,3 +263,36 @@ def test_engine_version_is_read_from_either_startup_banner(line: str) -> None:
     from objectives.targets.vllm_target import engine_facts
 
     assert engine_facts(line)["engine_version_reported"] == "0.26.0"
+
+
+# -- parallel layouts: knobs bounded by the GPUs this process may use -----------------------------
+
+
+@pytest.mark.parametrize(("visible", "high"), [("0,1", 2), ("3", 1), ("", 1), ("0,1,2,3", 4)])
+def test_parallel_knobs_are_bounded_by_the_visible_gpus(monkeypatch: pytest.MonkeyPatch,
+                                                        visible: str, high: int) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    space = load_space("vllm")
+    for name in ("tensor_parallel_size", "data_parallel_size"):
+        knob = space.knob(name)
+        assert (knob.low, knob.high, knob.default) == (1, high, 1)
+
+
+def test_parallel_sizes_become_vllms_flags() -> None:
+    args = argv({"tensor_parallel_size": 1, "data_parallel_size": 1})
+    assert flag_values(args, "--tensor-parallel-size") == ["1"]
+    assert flag_values(args, "--data-parallel-size") == ["1"]
+
+
+def test_a_layout_needing_more_gpus_than_visible_is_refused_before_a_start() -> None:
+    llama_8b = {"num_attention_heads": 32}
+    check_parallel({"tensor_parallel_size": 2, "data_parallel_size": 1}, gpus=2,
+                   model_config=llama_8b)
+    assert gpus_needed({"tensor_parallel_size": 2, "data_parallel_size": 2}) == 4
+    with pytest.raises(ConfigRejectedError, match="needs 4 GPUs, but this process may use 2"):
+        check_parallel({"tensor_parallel_size": 2, "data_parallel_size": 2}, gpus=2,
+                       model_config=llama_8b)
+    with pytest.raises(ConfigRejectedError, match="does not divide the model's 32 attention"):
+        check_parallel({"tensor_parallel_size": 3}, gpus=4, model_config=llama_8b)
+    # Unknown GPU count (no nvidia-smi): only the model's own rule is checked.
+    check_parallel({"tensor_parallel_size": 8}, gpus=None, model_config=llama_8b)
