@@ -40,8 +40,9 @@ from knowledge.surrogate import (
 __all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key"]
 
 log = logging.getLogger(__name__)
-#: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes).
-CACHE_FORMAT = 4
+#: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes;
+#: 5: the HNSW queue work term and the fitted cost law).
+CACHE_FORMAT = 5
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 

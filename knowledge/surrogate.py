@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from knowledge.models import TrialRecord
+from knowledge.work_cost import CostLaw, WorkCost
 
 __all__ = [
+    "COST_TERMS",
     "DEFAULT_FAMILY",
     "FAMILIES",
     "GROUP_BY",
@@ -35,6 +37,7 @@ __all__ = [
     "MetricScore",
     "WorkloadPoint",
     "context_of",
+    "cost_law",
     "cross_validate",
     "derived_features",
     "fit_context",
@@ -251,6 +254,11 @@ def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
     - ``graph_visits``: distances an HNSW search computes, ~ max(ef_search, wanted) · 2·hnsw_m
       (the bottom layer keeps up to 2M neighbours per node; wanted = k, or nprobe when the graph
       is an IVF index's coarse quantizer), at most the graph's size (N, or nlist under IVF).
+    - ``work_queue``: comparisons in the HNSW candidate queue. faiss keeps q = max(ef_search,
+      wanted) candidates (at most the graph's size) in an array, and each of the ~q nodes a
+      search expands scans all of it twice (pop the nearest, count those nearer than it):
+      2·q² per query. Quadratic in ef: at ef = 719 on a 1,784-node coarse graph it is 3.7x the
+      search's multiply-adds, and the ef-heavy IVF-HNSW configs were the worst predicted.
     - ``coarse_distances``: distances that pick the lists to probe: nlist for a flat coarse
       quantizer, ``graph_visits`` for an HNSW one; ``distance_evals``: those plus the vectors
       scanned (an HNSW index alone: its graph visits).
@@ -261,7 +269,9 @@ def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
       look-up), ``work_pq_table`` (the 2^pq_nbits · dim look-up table a query builds), and the
       fixed costs per probed list (``work_lists`` = nprobe) and per candidate vector
       (``work_vectors`` = scanned: heap and id bookkeeping); ``query_work`` is their
-      multiply-add total.
+      multiply-add total, with ``work_queue``'s comparisons counted as one multiply-add each.
+
+    These are also the terms of the fitted cost law (:data:`COST_TERMS`, :func:`cost_law`).
     """
     out: dict[str, float] = {}
     nlist, nprobe = _num(config.get("nlist")), _num(config.get("nprobe"))
@@ -270,11 +280,13 @@ def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
     ef, hnsw_m = _num(config.get("ef_search")), _num(config.get("hnsw_m"))
     pq_m, bits = _num(config.get("pq_m")), _num(config.get("pq_nbits"))
     visits: float | None = None
+    queue = 0.0
     if ef and hnsw_m:
         wanted = (nprobe if nlist else k) or 0.0
-        visits = max(ef, wanted) * 2 * hnsw_m
+        queue = max(ef, wanted)
+        visits = queue * 2 * hnsw_m
         if graph := nlist or n:
-            visits = min(visits, graph)
+            visits, queue = min(visits, graph), min(queue, graph)
         out["graph_visits"] = visits
     ivf = nlist is not None and nprobe is not None and scanned is not None
     if ivf:
@@ -288,6 +300,7 @@ def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
     terms: dict[str, float] = {}
     if visits is not None:
         terms["graph"] = visits * dim
+        terms["queue"] = 2 * queue * queue
     if ivf and nlist and nprobe and scanned:
         if visits is None:
             terms["coarse"] = nlist * dim
@@ -301,10 +314,47 @@ def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
         else:
             terms["flat_scan"] = scanned * dim
     if terms:
-        multiply_adds = ("graph", "coarse", "flat_scan", "codes", "packed_codes", "pq_table")
+        multiply_adds = ("graph", "queue", "coarse", "flat_scan", "codes", "packed_codes",
+                         "pq_table")
         out["query_work"] = sum(terms.get(t, 0.0) for t in multiply_adds)
         out.update({f"work_{t}": v for t, v in terms.items()})
     return out
+
+
+#: The stages of a vector search whose work (per query, :func:`_search_work`) the cost law adds
+#: up, each at a unit cost of its own: HNSW multiply-adds, visits (visited-table checks, queue
+#: pushes) and queue comparisons; the flat coarse quantizer's multiply-adds; the scan's
+#: multiply-adds, byte-aligned and packed PQ look-ups and PQ table; per probed list and per
+#: candidate vector bookkeeping.
+COST_TERMS = ("work_graph", "graph_visits", "work_queue", "work_coarse", "work_flat_scan",
+              "work_codes", "work_packed_codes", "work_pq_table", "work_lists", "work_vectors")
+
+
+def cost_law(encoder: FeatureEncoder, metric: str) -> CostLaw | None:
+    """The cost law of ``metric`` over ``encoder``'s columns, or None where none applies.
+
+    One applies where the context's rows carry per-query work (:data:`COST_TERMS`: vector
+    search with a known dimension) and the metric is one query's time (the single-query
+    latency percentiles and mean, ``*_latency_ms`` but ``batch_*``) or ``qps``, the rate of
+    batched calls (its work shared by ``busy_threads``, each call's fixed cost by its
+    ``batch_size`` queries). Each index type (each category of a string knob) has a fixed cost
+    per query of its own.
+    """
+    if metric == "qps":
+        rate = True
+    elif metric.endswith("_latency_ms") and not metric.startswith("batch_"):
+        rate = False
+    else:
+        return None
+    index = {c: i for i, c in enumerate(encoder.columns_)}
+    terms = tuple(index[t] for t in COST_TERMS if t in index)
+    if not terms:
+        return None
+    fixed = tuple(index[f"{name}={c}"] for name, cats in sorted(encoder.categories_.items())
+                  for c in cats)
+    return CostLaw(terms, fixed, rate=rate,
+                   parallel=index.get("busy_threads") if rate else None,
+                   per_call=index.get("batch_size") if rate else None)
 
 
 class FeatureEncoder:
@@ -515,6 +565,11 @@ def _repeat_sd(X: np.ndarray, y: np.ndarray) -> float:
     return math.sqrt(squares / dof) if dof else 0.0
 
 
+def _with_cost(X: np.ndarray, cost: WorkCost | None) -> np.ndarray:
+    """``X`` with the cost law's prediction as one more column (unchanged without a law)."""
+    return X if cost is None else np.hstack([X, cost.predict(X)[:, None]])
+
+
 class IntervalRegressor:
     """A point prediction plus a calibrated ``coverage`` interval, in sklearn's estimator shape.
 
@@ -536,13 +591,24 @@ class IntervalRegressor:
     ``coverage`` of those residuals fall inside the interval: normalised conformal calibration.
     The half-width is never below 1.645 pooled standard deviations of repeated measurements of
     one input (``noise_sd_``): no model knows a figure better than it can be re-measured.
+
+    ``cost_law`` (forests only; :func:`cost_law` builds one for vector search): each member also
+    fits the law's unit costs on its bootstrap sample and takes the law's prediction as one more
+    feature, where a pilot of members shows that it helps out of bag (``oob_error_``); the law
+    adds up the stages of a query, which no product of knobs describes. ``cost_law_`` is the
+    law the members use, or None.
     """
 
+    cost_law_: CostLaw | None
+    oob_error_: dict[str, float]
+
     def __init__(self, *, family: str = DEFAULT_FAMILY, coverage: float = COVERAGE,
-                 calibration_folds: int = 3, n_trees: int = 48, random_state: int = 0) -> None:
+                 calibration_folds: int = 3, n_trees: int = 48, random_state: int = 0,
+                 cost_law: CostLaw | None = None) -> None:
         if family not in FAMILIES:
             raise ValueError(f"`family` must be one of {FAMILIES}, got {family!r}")
         self.family = family
+        self.cost_law = cost_law
         self.n_trees = n_trees
         self.coverage = coverage
         self.calibration_folds = calibration_folds
@@ -570,35 +636,92 @@ class IntervalRegressor:
     def _fit_forest(self, X: np.ndarray, y: np.ndarray, g: np.ndarray
                     ) -> tuple[list[Any], np.ndarray]:
         """Members fitted on bootstrap samples of *groups* (configs), so a config's repeats are
-        in or out together; returns the members and each member's in-bag row mask."""
-        from sklearn.tree import DecisionTreeRegressor
+        in or out together; returns the members and each member's in-bag row mask.
+
+        With a cost law, a pilot of ``n_trees // 3`` members with the law's feature and as many
+        without decides by their out-of-bag error (:meth:`_oob_error`) which kind all members
+        are (the pilot's losers are dropped): the law describes some machines' figures better
+        than the plain features do and some worse (the 16-core host's single-query latencies,
+        whose repeats of one config spread 2x), and the training data alone can tell which.
+        """
         from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
         rng = np.random.default_rng(self.random_state)
-        uniq, inverse = np.unique(g, return_inverse=True)
+        uniq, inverse, sizes = np.unique(g, return_inverse=True, return_counts=True)
+        law: CostLaw | None = getattr(self, "cost_law_", None)
+        # A group (a config and its repeats) is one piece of evidence of the law.
+        law_weight = 1.0 / sizes[inverse]
         members: list[Any] = []
-        in_bag = np.zeros((self.n_trees, len(y)), dtype=bool)
-        linear = self.family == "linear-forest"
-        # The ridge solves are ~100 x 100: BLAS threads only add their start-up and, on a busy
-        # machine, waits for a core (a solve took 20 ms with them, 0.3 ms without).
-        with threadpool_limits(limits=1, user_api="blas"):
-            for b in range(self.n_trees):
+        bags: list[np.ndarray] = []
+
+        def grow(count: int, kinds: Sequence[bool]) -> None:
+            for b in range(count):
                 counts = np.bincount(rng.integers(0, len(uniq), len(uniq)),
                                      minlength=len(uniq))
                 weight = counts[inverse].astype(float)
-                rows = weight > 0
-                base = _LinearBase().fit(X[rows], y[rows], weight[rows]) if linear else None
-                resid = y[rows] - (base.predict(X[rows]) if base is not None else 0.0)
-                tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
-                                             random_state=int(rng.integers(2**31)))
-                tree.fit(X[rows], resid, sample_weight=weight[rows])
-                members.append((base, tree))
-                in_bag[b] = rows
-        return members, in_bag
+                members.append(self._fit_member(X, y, weight, law if kinds[b % len(kinds)]
+                                                else None, law_weight, rng))
+                bags.append(weight > 0)
+
+        # The ridge solves are ~100 x 100: BLAS threads only add their start-up and, on a busy
+        # machine, waits for a core (a solve took 20 ms with them, 0.3 ms without).
+        with threadpool_limits(limits=1, user_api="blas"):
+            if law is None:
+                grow(self.n_trees, [False])
+            else:
+                pilot = max(2, self.n_trees // 3)
+                grow(2 * pilot, [True, False])
+                in_bag = np.asarray(bags)
+                with_law = np.asarray([m[2] is not None for m in members])
+                self.oob_error_ = {kind: self._oob_error(X, y, [
+                    m for m, k in zip(members, with_law, strict=True) if k == use],
+                    in_bag[with_law == use]) for kind, use in (("cost-law", True),
+                                                               ("plain", False))}
+                use_law = self.oob_error_["cost-law"] <= self.oob_error_["plain"]
+                members = [m for m, k in zip(members, with_law, strict=True) if k == use_law]
+                bags = [b for b, k in zip(bags, with_law, strict=True) if k == use_law]
+                if not use_law:
+                    self.cost_law_ = None
+                grow(self.n_trees - pilot, [use_law])
+        return members, np.asarray(bags)
+
+    def _fit_member(self, X: np.ndarray, y: np.ndarray, weight: np.ndarray,
+                    law: CostLaw | None, law_weight: np.ndarray, rng: np.random.Generator
+                    ) -> tuple[_LinearBase | None, Any, WorkCost | None]:
+        """One member on the rows of bootstrap ``weight`` > 0: the cost law (if any), the ridge
+        (``linear-forest``) and a tree on what they leave."""
+        from sklearn.tree import DecisionTreeRegressor
+
+        rows = weight > 0
+        cost = (WorkCost(law=law).fit(X[rows], y[rows], weight[rows] * law_weight[rows])
+                if law is not None else None)
+        Xm = _with_cost(X, cost)
+        base = (_LinearBase().fit(Xm[rows], y[rows], weight[rows])
+                if self.family == "linear-forest" else None)
+        resid = y[rows] - (base.predict(Xm[rows]) if base is not None else 0.0)
+        tree = DecisionTreeRegressor(min_samples_leaf=1, max_features=0.7,
+                                     random_state=int(rng.integers(2**31)))
+        tree.fit(Xm[rows], resid, sample_weight=weight[rows])
+        return base, tree, cost
+
+    def _oob_error(self, X: np.ndarray, y: np.ndarray, members: list[Any],
+                   in_bag: np.ndarray) -> float:
+        """Mean relative error, on the metric's own scale, of the out-of-bag prediction of every
+        row that at least two of ``members`` never saw: the held-out score's measure (the
+        metrics with a cost law are fitted in log space), on the training data alone."""
+        per_tree = np.stack([self._member_predict(m, X) for m in members])
+        oob = ~in_bag
+        seen = oob.sum(axis=0)
+        usable = seen >= 2
+        if not usable.any():
+            return math.inf
+        centre = (per_tree * oob).sum(axis=0)[usable] / seen[usable]
+        return float(np.mean(np.abs(np.expm1(np.clip(centre - y[usable], -50, 50)))))
 
     @staticmethod
     def _member_predict(member: Any, X: np.ndarray) -> np.ndarray:
-        base, tree = member
+        base, tree, *cost = member  # members pickled before the cost law have none
+        X = _with_cost(X, cost[0] if cost else None)
         # The fitted tree's own array predictor: sklearn's public predict() re-validates X on
         # every call, which costs more than the prediction on a few hundred rows.
         X32 = np.ascontiguousarray(X, dtype=np.float32)
@@ -635,6 +758,14 @@ class IntervalRegressor:
         g = np.asarray(groups if groups is not None else np.arange(len(y))).astype(str)
         self.n_samples_ = X.shape[0]
         self.noise_sd_ = _repeat_sd(X, y)
+        # The law's unit costs need rows to spare, as a category's own slopes do; only the
+        # forests' members take its feature.
+        law = self.cost_law
+        self.cost_law_ = law if (
+            law is not None and self.family in ("forest", "linear-forest")
+            and _distinct_rows_at_least(X, max(_MIN_ROWS_PER_SLOPE_SET, 2 * law.n_costs))
+        ) else None
+        self.oob_error_ = {}
         if self.family in ("forest", "linear-forest"):
             trees, in_bag = self._fit_forest(X, y, g)
             self.estimator_ = trees
@@ -899,7 +1030,8 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
             continue
         X, y, groups, _ = _xy(usable, encoder, metric)
         kind = metric_transform(metric, y)
-        reg = IntervalRegressor(family=family).fit(X, _forward(kind, y), groups)
+        law = cost_law(encoder, metric) if kind == "log" else None
+        reg = IntervalRegressor(family=family, cost_law=law).fit(X, _forward(kind, y), groups)
         models[metric] = MetricModel(metric, kind, reg, scores.get(metric))
     return ContextModels(
         key=key, family=family, encoder=encoder, metrics=models,
@@ -975,10 +1107,12 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
             continue
         kind = metric_transform(metric, y)
         z = _forward(kind, y)
+        law = cost_law(encoder, metric) if kind == "log" else None
         errors: list[float] = []
         inside: list[bool] = []
         for train, test in GroupKFold(n_splits=k).split(X, z, groups):
-            reg = IntervalRegressor(family=family).fit(X[train], z[train], groups[train])
+            reg = IntervalRegressor(family=family, cost_law=law).fit(X[train], z[train],
+                                                                      groups[train])
             c, lo, hi = reg.predict_interval(X[test])
             pred = _inverse(kind, c)
             errors.extend((np.abs(pred - y[test]) / np.maximum(np.abs(y[test]), 1e-12)).tolist())
