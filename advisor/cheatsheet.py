@@ -4,7 +4,9 @@ importance, and rules of thumb fitted to the measured trials.
 
 Every row is a model-based recommendation (advisor/recommend.py) for the tier's SLO at a measured
 workload, so rows carry the same intervals, evidence and confidence as ``advisor recommend``.
-Renderers (Markdown, static HTML with inline SVG plots) live in knowledge/render.py.
+Each context also carries the measured data of its figures (advisor/sheet_figures.py: latency
+against arrival rate, recall against QPS). Renderers (Markdown, static HTML with inline SVG plots
+drawn by matplotlib) live in knowledge/render.py and knowledge/plots.py.
 """
 
 from __future__ import annotations
@@ -17,11 +19,20 @@ import numpy as np
 
 from advisor.errors import NotFoundError
 from advisor.recommend import ModelRecommendation, RecommendationQuery, recommend
+from advisor.sheet_figures import (
+    SERVING_PANELS,
+    context_kind,
+    knob_figure,
+    metric_label,
+    rate_figures,
+    recall_qps_figures,
+)
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.rules import Rule, fit_rules, pareto_front
 from knowledge.surrogate import ContextModels, WorkloadPoint
 from objectives.metrics import metric_spec
+from objectives.workload import canonical_json
 
 __all__ = ["TIERS", "CheatSheet", "CheatSheetRow", "Tier", "build_cheatsheet", "knob_value"]
 
@@ -129,7 +140,10 @@ class CheatSheetRow:
 
 @dataclass(frozen=True)
 class ContextSection:
-    """Per context: its rows' shared facts, rules of thumb and Pareto plots' data."""
+    """Per context: its rows' shared facts, rules of thumb, Pareto plots' data, and the measured
+    data of its figures (``kind`` says which: ``serving``, ``vector_index`` or ``other``;
+    ``figures`` holds ``rate``, ``single_rate`` and ``recall_qps`` lists, see
+    advisor/sheet_figures.py)."""
 
     context: dict[str, Any]
     label: str
@@ -137,11 +151,14 @@ class ContextSection:
     model_quality: dict[str, dict[str, Any]]
     rules: list[Rule]
     pareto: list[dict[str, Any]]
+    kind: str = "other"
+    figures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"context": self.context, "label": self.label, "trials": self.trials,
-                "model_quality": self.model_quality,
-                "rules_of_thumb": [r.to_dict() for r in self.rules], "pareto": self.pareto}
+                "kind": self.kind, "model_quality": self.model_quality,
+                "rules_of_thumb": [r.to_dict() for r in self.rules], "pareto": self.pareto,
+                "figures": self.figures}
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,7 @@ def _class_name(w: WorkloadPoint) -> str:
     if "rate_rps" in f:
         extra = "".join(f", {k.split('_')[0]} {f[k]:g}" for k in ("prompt_len", "output_len")
                         if k in f)
-        return f"{w.name} @ {f['rate_rps']:g} req/s{extra}"
+        return f"{w.name.split('@', 1)[0]} @ {f['rate_rps']:g} req/s{extra}"
     if "n_vectors" in f:
         # Presets are named after their default size; the dataset plus N and d say what it is.
         dataset = (w.spec.get("params") or {}).get("dataset") or w.name
@@ -240,9 +257,38 @@ def _pareto(ctx: ContextModels, w: WorkloadPoint, objective: str, latency: str
     front = pareto_front(points, x_lower_better=True,
                          y_higher_better=metric_spec(objective).better == "higher")
     return {"workload_class": _class_name(w), "x": latency, "y": objective,
+            "x_label": metric_label(latency), "y_label": metric_label(objective),
             "points": [[float(x), float(y)] for x, y in points],
             "front": [[float(points[i][0]), float(points[i][1])] for i in front],
-            "trial_ids": [ctx.trial_ids[i] for i in idx]}
+            "trial_ids": [ctx.trial_ids[i] for i in idx],
+            "configs": len({canonical_json(ctx.configs[i]) for i in idx})}
+
+
+#: (objective, latency) of the Pareto plots per context kind (advisor/sheet_figures.py).
+_PARETO_AXES = {"vector_index": ("qps", "p95_latency_ms"),
+                "serving": ("output_tokens_per_s", SERVING_PANELS[0])}
+
+
+def _figures(ctx: ContextModels, kind: str, kept: list[tuple[str, WorkloadPoint]],
+             tiers: list[Tier], recommended: dict[tuple[str, str], dict[str, Any] | None]
+             ) -> dict[str, list[dict[str, Any]]]:
+    """The measured data of a context's figures (see advisor/sheet_figures.py)."""
+    from objectives.registry import get_target
+
+    out: dict[str, list[dict[str, Any]]] = {"rate": [], "single_rate": [], "recall_qps": []}
+    space = get_target(ctx.key.target).space()
+    default = space.default_config()
+    if kind == "serving":
+        out["rate"], single = rate_figures(ctx, [w for _, w in kept], tiers, recommended,
+                                           default)
+        names = {w.spec_hash: name for name, w in kept}
+        for members in single:
+            importance = _importance(ctx, default, members[0].features, SERVING_PANELS[0])
+            out["single_rate"].append(knob_figure(ctx, members, tiers, space, default,
+                                                  importance, names[members[0].spec_hash]))
+    elif kind == "vector_index":
+        out["recall_qps"] = recall_qps_figures(ctx, kept, tiers, space)
+    return out
 
 
 def build_cheatsheet(store: TrialStore, *, target: str | None = None,
@@ -266,20 +312,29 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
         if model and key.model != model:
             continue
         tiers = [t for t in tiers_for(key.target) if tier is None or t.name == tier]
-        pareto_obj = "qps" if key.target == "faiss" else "output_tokens_per_s"
-        pareto_lat = "p95_latency_ms" if key.target == "faiss" else "ttft_p95_ms"
+        kind = context_kind(ctx)
+        pareto_obj, pareto_lat = _PARETO_AXES.get(kind, _PARETO_AXES["serving"])
         pareto: list[dict[str, Any]] = []
+        kept: list[tuple[str, WorkloadPoint]] = []
+        recommended: dict[tuple[str, str], dict[str, Any] | None] = {}
         for w in ctx.workloads:
             name = _class_name(w)
             if workload_class and workload_class.lower() not in name.lower():
                 continue
-            pareto.append(_pareto(ctx, w, pareto_obj, pareto_lat))
+            kept.append((name, w))
+            front = _pareto(ctx, w, pareto_obj, pareto_lat)
+            # Drawn only where it is the context's main figure: vector indexes get recall
+            # against QPS, serving workloads latency against rate or their top knob (a serving
+            # front at one arrival rate is flat: throughput is the rate, not the config).
+            front["plot"] = kind == "other"
+            pareto.append(front)
             for t in tiers:
                 rec = recommend(store, RecommendationQuery(
                     target=key.target, slo=t.slo, objective=t.objective,
                     hardware=key.hardware_key, model=key.model, workload=dict(w.features)),
                     models=models)
                 obj_metric = t.objective.split(":", 1)[1]
+                recommended[(w.spec_hash, t.name)] = rec.config
                 budget, source = _stage_budget(ctx, rec.config, w)
                 rows.append(CheatSheetRow(
                     target=key.target, hardware_key=key.hardware_key, model=key.model,
@@ -295,7 +350,8 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
         trials = [{"config": c, "metrics": m, "features": f}
                   for c, m, f in zip(ctx.configs, ctx.measured, ctx.features, strict=True)]
         sections.append(ContextSection(key.to_dict(), key.label(), ctx.n_trials, quality,
-                                       fit_rules(key.target, trials), pareto))
+                                       fit_rules(key.target, trials), pareto, kind,
+                                       _figures(ctx, kind, kept, tiers, recommended)))
     filters = {"target": target, "hardware": hardware, "model": model,
                "workload_class": workload_class, "tier": tier}
     return CheatSheet(tuple(rows), tuple(sections), filters, models.data.trials)

@@ -1,6 +1,8 @@
-"""Cheat-sheet renderers: Markdown, and a self-contained static HTML page with inline SVG plots
-(Pareto fronts of the measured trials, fitted rule-of-thumb response curves). No scripts, fonts,
-CDN or network: the page is one file that opens anywhere.
+"""Cheat-sheet renderers: Markdown (tables, no plots), and a self-contained static HTML page with a
+table of contents and inline SVG figures drawn by matplotlib (knowledge/plots.py): latency against
+arrival rate per serving workload family, recall against QPS per vector index workload, Pareto
+fronts and the rules of thumb that fit well enough to show. No scripts, fonts, CDN or network:
+the page is one file that opens anywhere.
 
 Both render the plain-data form of the sheet (``CheatSheet.to_dict()``), so they need no models.
 """
@@ -8,9 +10,12 @@ Both render the plain-data form of the sheet (``CheatSheet.to_dict()``), so they
 from __future__ import annotations
 
 import html
-import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from knowledge.plots import knob_figure, rate_figure, recall_qps_figure, scatter_figure
+from knowledge.rules import R2_MIN
 
 __all__ = ["render_html", "render_markdown", "svg_plot"]
 
@@ -64,30 +69,62 @@ def _importance_text(imp: Mapping[str, float], top: int = 3) -> str:
     return ", ".join(f"{k} {v:.0%}" for k, v in list(imp.items())[:top]) or "-"
 
 
-def _rule_text(rule: Mapping[str, Any]) -> str:
-    if rule["status"] != "fitted":
-        return f"{rule['name']}: {rule['status']}"
+def _fit_text(rule: Mapping[str, Any]) -> str:
     params = ", ".join(f"{k}={_fmt(v)}" for k, v in rule["params"].items())
-    return f"{rule['name']}: {rule['formula']} with {params} (R²={rule['r2']:.2f}, n={rule['n']})"
+    return f"{rule['formula']} with {params}"
+
+
+def _r2_min(rule: Mapping[str, Any]) -> float:
+    return float(rule.get("r2_min", R2_MIN))
+
+
+def _shown(rule: Mapping[str, Any]) -> bool:
+    """A fitted rule whose R² reaches the threshold (knowledge/rules.py, R2_MIN)."""
+    return (rule["status"] == "fitted" and rule.get("r2") is not None
+            and rule["r2"] >= _r2_min(rule))
+
+
+def _rule_groups(rules: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]],
+                            list[Mapping[str, Any]]]:
+    """(shown, fitted but hidden for a poor R², not fitted)."""
+    return ([r for r in rules if _shown(r)],
+            [r for r in rules if r["status"] == "fitted" and not _shown(r)],
+            [r for r in rules if r["status"] != "fitted"])
+
+
+def _hidden_note(poor: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming how many fits were hidden and the threshold."""
+    if not poor:
+        return ""
+    names = "; ".join(f"{r['name']} (R² {r['r2']:.2f})" for r in poor)
+    return (f"{len(poor)} fit{'s' if len(poor) > 1 else ''} hidden: R² below "
+            f"{_r2_min(poor[0]):g} ({names})")
+
+
+def _unfitted_note(unfitted: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming the rules that could not be fitted, and why in short."""
+    few = [r["name"] for r in unfitted if r["status"].startswith("insufficient data")]
+    failed = [f"{r['name']} ({r['status']})" for r in unfitted
+              if not r["status"].startswith("insufficient data")]
+    parts = ([f"too few distinct measured values for {'; '.join(few)}"] if few else []) + failed
+    return ("Not fitted: " + "; ".join(parts)) if parts else ""
 
 
 def render_markdown(sheet: Mapping[str, Any]) -> str:
-    """The sheet as Markdown: one table per context, then its rules of thumb and model quality."""
+    """The sheet as Markdown: one table per context, then its rules of thumb (R² at or above the
+    threshold; the others counted in one line) and model quality. No plots."""
     lines = ["# Tuning cheat-sheet", "",
              f"Built from {sheet['trials']} stored trials. {sheet['note']}.", ""]
     rows = sheet["rows"]
     for section in sheet["contexts"]:
-        ctx = section["context"]
         lines += [f"## {section['label']}", "",
                   f"{section['trials']} measured trials. Columns: tier (its SLO), recommended "
                   "knobs, predicted metrics with 90% intervals, the knobs that move the "
                   "objective most, confidence, measured trials at that workload.", "",
                   "| workload | tier | SLO / objective | knobs | predicted | importance | "
                   "confidence | evidence |", "|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            if (r["target"], r["hardware_key"], r["model"], r["engine_version"]) != (
-                    ctx["target"], ctx["hardware_key"], ctx["model"], ctx["engine_version"]):
-                continue
+        for r in _rows_of(rows, section):
             knobs = _knobs_text(r)
             lines.append(
                 f"| {r['workload_class']} | {r['tier']} | `{r['slo']}` {r['objective']} | "
@@ -95,8 +132,17 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
                 f"{'; ' + _stage_text(r) if _stage_text(r) else ''} | "
                 f"{_importance_text(r['knob_importance'])} | {r['confidence']} | "
                 f"{r['evidence_count']} trials |")
+        shown, poor, unfitted = _rule_groups(section["rules_of_thumb"])
         lines += ["", "Rules of thumb (fitted to measured trials):", ""]
-        lines += [f"- {_rule_text(rule)}" for rule in section["rules_of_thumb"]]
+        if shown:
+            lines += ["| rule | fit | R² | n |", "|---|---|---|---|"]
+            lines += [f"| {r['name']} | {_fit_text(r)} | {r['r2']:.2f} | {r['n']} |"
+                      for r in shown]
+            lines.append("")
+        lines += [f"- {note}" for note in (_hidden_note(poor), _unfitted_note(unfitted))
+                  if note]
+        if not section["rules_of_thumb"]:
+            lines.append("- none for this context")
         quality = section["model_quality"]
         if quality:
             lines += ["", "Surrogate quality (grouped cross-validation):", "",
@@ -112,143 +158,245 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- SVG --------------------------------------------------------------------------------------
-
-_W, _H, _PAD = 460, 300, 50
-
-
-def _scale(values: Sequence[float], log: bool, lo_px: float, hi_px: float
-           ) -> tuple[Any, float, float]:
-    vals = [math.log10(v) if log else v for v in values]
-    lo, hi = min(vals), max(vals)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5, hi + 0.5
-    span = hi - lo
-    lo, hi = lo - 0.05 * span, hi + 0.05 * span
-
-    def f(v: float) -> float:
-        x = math.log10(v) if log else v
-        return lo_px + (x - lo) / (hi - lo) * (hi_px - lo_px)
-
-    return f, lo, hi
+def _rows_of(rows: Sequence[Mapping[str, Any]], section: Mapping[str, Any]
+             ) -> list[Mapping[str, Any]]:
+    ctx = section["context"]
+    return [r for r in rows if (r["target"], r["hardware_key"], r["model"], r["engine_version"])
+            == (ctx["target"], ctx["hardware_key"], ctx["model"], ctx["engine_version"])]
 
 
 def svg_plot(title: str, x_label: str, y_label: str, points: Sequence[Sequence[float]],
              line: Sequence[Sequence[float]] = (), *, line_label: str = "",
              log_x: bool = False, log_y: bool = False) -> str:
-    """A scatter of ``points`` with an optional polyline (a Pareto front or fitted curve)."""
-    pts = [(float(x), float(y)) for x, y in points if math.isfinite(x) and math.isfinite(y)
-           and (not log_x or x > 0) and (not log_y or y > 0)]
-    ln = [(float(x), float(y)) for x, y in line if math.isfinite(x) and math.isfinite(y)
-          and (not log_x or x > 0) and (not log_y or y > 0)]
-    allp = pts + ln
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-           f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(title)}">',
-           f'<text x="{_W / 2}" y="16" text-anchor="middle" font-size="13">'
-           f'{html.escape(title)}</text>']
-    if not allp:
-        out.append(f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle">no data</text></svg>')
-        return "".join(out)
-    fx, xlo, xhi = _scale([p[0] for p in allp], log_x, _PAD, _W - 15)
-    fy, ylo, yhi = _scale([p[1] for p in allp], log_y, _H - _PAD + 10, 28)
-    out.append(f'<rect x="{_PAD}" y="28" width="{_W - 15 - _PAD}" height="{_H - _PAD - 18}" '
-               'fill="none" stroke="#999"/>')
-    for i in range(5):  # axis ticks
-        tx = xlo + (xhi - xlo) * i / 4
-        ty = ylo + (yhi - ylo) * i / 4
-        vx = 10 ** tx if log_x else tx
-        vy = 10 ** ty if log_y else ty
-        px = _PAD + (_W - 15 - _PAD) * i / 4
-        py = _H - _PAD + 10 - (_H - _PAD - 18) * i / 4
-        out.append(f'<text x="{px:.1f}" y="{_H - _PAD + 24}" font-size="10" '
-                   f'text-anchor="middle">{_fmt(vx)}</text>')
-        out.append(f'<text x="{_PAD - 4}" y="{py + 3:.1f}" font-size="10" '
-                   f'text-anchor="end">{_fmt(vy)}</text>')
-    out.append(f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">'
-               f'{html.escape(x_label)}{" (log)" if log_x else ""}</text>')
-    out.append(f'<text x="12" y="{_H / 2}" text-anchor="middle" font-size="11" '
-               f'transform="rotate(-90 12 {_H / 2})">{html.escape(y_label)}'
-               f'{" (log)" if log_y else ""}</text>')
-    for x, y in pts:
-        out.append(f'<circle cx="{fx(x):.1f}" cy="{fy(y):.1f}" r="3" fill="#4a7ab8" '
-                   'fill-opacity="0.6"/>')
-    if ln:
-        coords = " ".join(f"{fx(x):.1f},{fy(y):.1f}" for x, y in ln)
-        out.append(f'<polyline points="{coords}" fill="none" stroke="#d0543c" '
-                   'stroke-width="2"/>')
-        if line_label:
-            out.append(f'<text x="{_W - 20}" y="42" text-anchor="end" font-size="10" '
-                       f'fill="#d0543c">{html.escape(line_label)}</text>')
-    out.append("</svg>")
-    return "".join(out)
+    """A scatter of ``points`` with an optional line (a Pareto front or fitted curve), as an
+    SVG element drawn by matplotlib (knowledge/plots.py); linear axes start at 0."""
+    return scatter_figure(f"fig-{_anchor(title)}", title, x_label, y_label, points, line,
+                          line_label=line_label, log_x=log_x, log_y=log_y)
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+def _anchor(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top;text-align:left}
 th{background:#f2f2f2} code,pre{font-size:12px;background:#f7f7f7}
-.plots{display:flex;flex-wrap:wrap;gap:12px} .note{color:#555;font-size:13px}
-pre{white-space:pre-wrap;max-width:420px;margin:0}"""
+.plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start} .note{color:#555;font-size:13px}
+pre{white-space:pre-wrap;max-width:420px;margin:0}
+svg.figure{max-width:100%;height:auto;display:block;margin:6px 0}
+.plots svg.figure{max-width:560px}
+nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.5em 1.2em;font-size:14px}
+nav.toc ul{margin:.2em 0 .6em 0;padding-left:1.2em} nav.toc li{margin:.15em 0}
+nav.toc .sub a{font-size:13px;margin-right:.9em}
+h2{border-top:2px solid #ddd;padding-top:.6em;margin-top:2em} h4{margin:1.4em 0 .2em 0}
+table.keys{font-size:12px} .wide{overflow-x:auto;max-width:100%}"""
+
+_HOW_TO_READ = (
+    "How to read the figures: every point is measured (no predictions). Latency against arrival "
+    "rate: one line per config, the engine default dashed; a marker is the median of the "
+    "repeats at that rate, its bar spans the lowest to the highest repeat; filled markers meet "
+    "the tier's SLO, hollow ones miss it; red lines are the tier's SLO bounds. Recall against "
+    "QPS: every trial a faint dot, each index family's Pareto front a line. Rules of thumb are "
+    "shown with their R² and only when R² >= {r2:g}.")
+
+_KIND_TEXT = {"serving": "serving context (it measures TTFT and TPOT)",
+              "vector_index": "vector index context (it measures recall and QPS)"}
+
+
+class _Page:
+    """Builds the HTML body and its table of contents together, with unique anchors."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.toc: list[tuple[str, str, list[tuple[str, str]]]] = []
+        self.ids: set[str] = set()
+
+    def anchor(self, text: str) -> str:
+        base = _anchor(text)
+        out, n = base, 2
+        while out in self.ids:
+            out, n = f"{base}-{n}", n + 1
+        self.ids.add(out)
+        return out
+
+    def toc_html(self) -> str:
+        e = html.escape
+        items = []
+        for anchor, label, subs in self.toc:
+            sub = "".join(f"<a href='#{a}'>{e(t)}</a>" for a, t in subs)
+            items.append(f"<li><a href='#{anchor}'>{e(label)}</a>"
+                         f"<div class='sub'>{sub}</div></li>")
+        return ("<nav class='toc'><h2 style='border:0;margin:.3em 0'>Contents</h2><ul>"
+                + "".join(items) + "</ul></nav>")
+
+
+def _rows_html(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    e = html.escape
+    parts = ["<table><tr><th>workload</th><th>tier</th><th>SLO / objective</th>"
+             "<th>recommended knobs</th><th>predicted (90% interval)</th>"
+             "<th>knob importance</th><th>confidence</th><th>evidence</th>"
+             "<th>launch</th></tr>"]
+    for r in rows:
+        knobs = e(_config_text(r["config"])) if r["config"] else f"<i>{e(r['status'])}</i>"
+        if r["config"] and r.get("answer") == "keep_defaults":
+            why = (r.get("baseline") or {}).get("reason", "")
+            knobs = (f"<b>keep the defaults</b> ({knobs})"
+                     + (f"<br><span class='note'>{e(why)}</span>" if why else ""))
+        launch = f"<pre>{e(r['launch_command'])}</pre>" if r["launch_command"] else (
+            f"<code>{e(r['tune_command'] or '')}</code>")
+        parts.append(
+            f"<tr><td>{e(r['workload_class'])}</td><td>{e(r['tier'])}</td>"
+            f"<td><code>{e(r['slo'])}</code><br>{e(r['objective'])}</td><td>{knobs}</td>"
+            f"<td>{e(_predicted_text(r['predicted']) or '-')}"
+            f"{'<br>' + e(_stage_text(r)) if _stage_text(r) else ''}</td>"
+            f"<td>{e(_importance_text(r['knob_importance']))}</td>"
+            f"<td title='{e(r['confidence_reason'])}'>{e(r['confidence'])}</td>"
+            f"<td>{r['evidence_count']} trials</td><td>{launch}</td></tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _rate_html(page: _Page, prefix: str, fig: Mapping[str, Any]) -> tuple[str, str, list[str]]:
+    """One serving workload family: a figure per tier, then the key to its curves."""
+    e = html.escape
+    anchor = page.anchor(f"{prefix}-rate-{fig['family']}")
+    rates = fig["rates"]
+    parts = [f"<h4 id='{anchor}'>{e(fig['family'])}: TTFT and TPOT p95 against arrival rate"
+             "</h4>",
+             f"<p class='note'>{fig['trials']} measured trials at {len(rates)} arrival rates "
+             f"({_fmt(float(rates[0]))}-{_fmt(float(rates[-1]))} req/s). Per tier: the configs "
+             "recommended for it, then those measured at two or more rates that meet its SLO "
+             "up to the highest rate."
+             + ("" if fig["default_measured"] else
+                " The engine default was not measured in this family.") + "</p>"]
+    for tier in fig["tiers"]:
+        parts.append(rate_figure(f"{anchor}-{tier['tier']}", fig, tier))
+    parts.append("<table class='keys'><tr><th>curve</th><th>knobs that differ from the engine "
+                 "default</th><th>measured at (req/s)</th><th>trials</th></tr>")
+    for s in fig["series"]:
+        differs = ("(the engine default)" if s["default"]
+                   else _config_text(s["differs"]) if s["differs"] else "(same as the default)")
+        at = ", ".join(_fmt(float(p["rate_rps"])) for p in s["points"])
+        parts.append(f"<tr><td>{'default' if s['default'] else 'config ' + e(s['key'])}</td>"
+                     f"<td>{e(differs)}</td><td>{at}</td>"
+                     f"<td>{sum(p['n'] for p in s['points'])}</td></tr>")
+    parts.append("</table>")
+    return anchor, f"{fig['family']} against rate", parts
+
+
+def _knob_html(page: _Page, prefix: str, fig: Mapping[str, Any]) -> tuple[str, str, list[str]]:
+    e = html.escape
+    anchor = page.anchor(f"{prefix}-one-rate-{fig['workload_class']}")
+    parts = [f"<h4 id='{anchor}'>{e(fig['workload_class'])}: {e(fig['note'])}</h4>"]
+    if fig.get("knob"):
+        parts.append(f"<p class='note'>No rate curve: the {fig['trials']} trials are plotted "
+                     f"against {e(fig['knob'])}, {e(fig['why'])}. Marker colour: the strictest "
+                     "tier whose whole SLO the trial meets.</p>")
+        parts.append(knob_figure(anchor, fig))
+    else:
+        parts.append(f"<p class='note'>No figure: {fig['trials']} trials, no knob varied.</p>")
+    return anchor, f"{fig['workload_class']} (one rate)", parts
+
+
+def _recall_html(page: _Page, prefix: str, fig: Mapping[str, Any]
+                 ) -> tuple[str, str, list[str]]:
+    e = html.escape
+    anchor = page.anchor(f"{prefix}-recall-{fig['workload_class']}")
+    parts = [f"<h4 id='{anchor}'>{e(fig['workload_class'])}: recall against QPS</h4>",
+             f"<p class='note'>{fig['trials']} measured trials"
+             + (f", by {e(fig['family_knob'])}" if fig.get("family_knob") else "") + ".</p>",
+             recall_qps_figure(anchor, fig)]
+    return anchor, f"{fig['workload_class']}", parts
+
+
+def _rules_html(prefix: str, rules: Sequence[Mapping[str, Any]]) -> list[str]:
+    e = html.escape
+    shown, poor, unfitted = _rule_groups(rules)
+    parts: list[str] = []
+    if shown:
+        parts.append("<table><tr><th>rule</th><th>fit</th><th>R²</th><th>n</th><th>note</th>"
+                     "</tr>")
+        parts += [f"<tr><td>{e(r['name'])}</td><td>{e(_fit_text(r))}</td>"
+                  f"<td>{r['r2']:.2f}</td><td>{r['n']}</td>"
+                  f"<td class='note'>{e(r['note'])}</td></tr>" for r in shown]
+        parts.append("</table>")
+    for note in (_hidden_note(poor), _unfitted_note(unfitted)):
+        if note:
+            parts.append(f"<p class='note'>{e(note)}.</p>")
+    if not rules:
+        parts.append("<p class='note'>None for this context.</p>")
+    plots = [scatter_figure(f"{prefix}-rule-{i}", f"{r['name']}: R² = {r['r2']:.2f}, "
+                            f"n = {r['n']}", r["x"], r["y"], r["points"], r["curve"],
+                            line_label=f"fit: {r['formula']}")
+             for i, r in enumerate(shown) if r["points"]]
+    if plots:
+        parts += ["<div class='plots'>", *plots, "</div>"]
+    return parts
 
 
 def render_html(sheet: Mapping[str, Any]) -> str:
-    """A static, self-contained HTML page: tables per context plus inline SVG plots."""
+    """A static, self-contained HTML page: a table of contents, then per context its table,
+    figures, rules of thumb and surrogate quality."""
     e = html.escape
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             "<title>slo-advisor tuning cheat-sheet</title>", f"<style>{_CSS}</style>",
-             "</head><body><h1>Tuning cheat-sheet</h1>",
-             f"<p class='note'>Built from {sheet['trials']} stored trials. "
-             f"{e(sheet['note'])}.</p>"]
+    page = _Page()
     for section in sheet["contexts"]:
-        ctx = section["context"]
-        parts.append(f"<h2>{e(section['label'])}</h2><p class='note'>{section['trials']} "
-                     "measured trials</p>")
-        parts.append("<table><tr><th>workload</th><th>tier</th><th>SLO / objective</th>"
-                     "<th>recommended knobs</th><th>predicted (90% interval)</th>"
-                     "<th>knob importance</th><th>confidence</th><th>evidence</th>"
-                     "<th>launch</th></tr>")
-        for r in sheet["rows"]:
-            if (r["target"], r["hardware_key"], r["model"], r["engine_version"]) != (
-                    ctx["target"], ctx["hardware_key"], ctx["model"], ctx["engine_version"]):
-                continue
-            knobs = e(_config_text(r["config"])) if r["config"] else f"<i>{e(r['status'])}</i>"
-            if r["config"] and r.get("answer") == "keep_defaults":
-                why = (r.get("baseline") or {}).get("reason", "")
-                knobs = (f"<b>keep the defaults</b> ({knobs})"
-                         + (f"<br><span class='note'>{e(why)}</span>" if why else ""))
-            launch = f"<pre>{e(r['launch_command'])}</pre>" if r["launch_command"] else (
-                f"<code>{e(r['tune_command'] or '')}</code>")
-            parts.append(
-                f"<tr><td>{e(r['workload_class'])}</td><td>{e(r['tier'])}</td>"
-                f"<td><code>{e(r['slo'])}</code><br>{e(r['objective'])}</td><td>{knobs}</td>"
-                f"<td>{e(_predicted_text(r['predicted']) or '-')}"
-                f"{'<br>' + e(_stage_text(r)) if _stage_text(r) else ''}</td>"
-                f"<td>{e(_importance_text(r['knob_importance']))}</td>"
-                f"<td title='{e(r['confidence_reason'])}'>{e(r['confidence'])}</td>"
-                f"<td>{r['evidence_count']} trials</td><td>{launch}</td></tr>")
-        parts.append("</table><h3>Rules of thumb</h3><ul>")
-        parts += [f"<li>{e(_rule_text(rule))}. <span class='note'>{e(rule['note'])}</span></li>"
-                  for rule in section["rules_of_thumb"]]
-        parts.append("</ul><div class='plots'>")
-        for p in section["pareto"]:
-            parts.append(svg_plot(f"Pareto front: {p['workload_class']}", p["x"], p["y"],
-                                  p["points"], p["front"], line_label="Pareto front",
-                                  log_x=True, log_y=True))
-        for rule in section["rules_of_thumb"]:
-            if rule["points"]:
-                parts.append(svg_plot(rule["name"], rule["x"], rule["y"], rule["points"],
-                                      rule["curve"], line_label=rule["formula"]))
-        parts.append("</div>")
+        anchor = page.anchor(section["label"])
+        subs: list[tuple[str, str]] = []
+        kind = section.get("kind", "other")
+        parts = [f"<section id='{anchor}'><h2>{e(section['label'])}</h2>"
+                 f"<p class='note'>{section['trials']} measured trials"
+                 + (f"; {_KIND_TEXT[kind]}" if kind in _KIND_TEXT else "") + "</p>",
+                 ]
+        figures = section.get("figures") or {}
+        blocks = ([_rate_html(page, anchor, f) for f in figures.get("rate", [])]
+                  + [_knob_html(page, anchor, f) for f in figures.get("single_rate", [])]
+                  + [_recall_html(page, anchor, f) for f in figures.get("recall_qps", [])])
+        pareto = [p for p in section["pareto"] if p.get("plot", kind == "other")]
+        if blocks or pareto:
+            title = ("Recall against QPS" if kind == "vector_index"
+                     else "Latency against arrival rate" if figures.get("rate")
+                     else "Latency at the measured rate" if kind == "serving" else "Figures")
+            parts.append(f"<h3 id='{anchor}-figures'>{title}</h3>")
+            subs.append((f"{anchor}-figures", title.lower()))
+            for sub_anchor, sub_title, block in blocks:
+                parts += block
+                if len(blocks) > 1:
+                    subs.append((sub_anchor, sub_title))
+        if pareto:
+            parts.append(f"<h4 id='{anchor}-pareto'>Pareto fronts of the measured trials</h4>"
+                         "<div class='plots'>")
+            parts += [scatter_figure(
+                f"{anchor}-pareto-{i}", f"Pareto front: {p['workload_class']}",
+                p.get("x_label", p["x"]), p.get("y_label", p["y"]), p["points"], p["front"],
+                line_label="Pareto front") for i, p in enumerate(pareto)]
+            parts.append("</div>")
+        parts += [f"<h3 id='{anchor}-table'>Recommendations</h3><div class='wide'>",
+                  *_rows_html(_rows_of(sheet["rows"], section)), "</div>"]
+        parts.append(f"<h3 id='{anchor}-rules'>Rules of thumb</h3>")
+        subs += [(f"{anchor}-table", "recommendations"), (f"{anchor}-rules", "rules of thumb")]
+        parts += _rules_html(anchor, section["rules_of_thumb"])
         quality = {m: q for m, q in section["model_quality"].items() if q.get("mape") is not None}
         if quality:
-            parts.append("<h3>Surrogate quality (grouped cross-validation)</h3><table><tr>"
-                         "<th>metric</th><th>MAPE</th><th>90% interval coverage</th>"
-                         "<th>trials</th></tr>")
+            parts.append(f"<h3 id='{anchor}-quality'>Surrogate quality (grouped "
+                         "cross-validation)</h3><table><tr><th>metric</th><th>MAPE</th>"
+                         "<th>90% interval coverage</th><th>trials</th></tr>")
+            subs.append((f"{anchor}-quality", "surrogate quality"))
             parts += [f"<tr><td>{e(m)}</td><td>{q['mape']:.1%}</td>"
                       f"<td>{q['interval_coverage']:.0%}</td><td>{q['n']}</td></tr>"
                       for m, q in sorted(quality.items())]
             parts.append("</table>")
-    if not sheet["contexts"]:
-        parts.append("<p>No fitted knowledge matches these filters.</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        parts.append("</section>")
+        page.toc.append((anchor, f"{section['label']} ({section['trials']} trials)", subs))
+        page.parts += parts
+    head = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+            "<title>slo-advisor tuning cheat-sheet</title>", f"<style>{_CSS}</style>",
+            "</head><body><h1>Tuning cheat-sheet</h1>",
+            f"<p class='note'>Built from {sheet['trials']} stored trials. "
+            f"{e(sheet['note'])}.</p>",
+            f"<p class='note'>{e(_HOW_TO_READ.format(r2=R2_MIN))}</p>"]
+    if sheet["contexts"]:
+        head.append(page.toc_html())
+    else:
+        head.append("<p>No fitted knowledge matches these filters.</p>")
+    return "\n".join([*head, *page.parts, "</body></html>"])

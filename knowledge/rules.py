@@ -3,7 +3,9 @@
 Each rule is a small closed-form curve (``nlist = c·√N``, ``p99 = a + b/(1 + c·x)``) fitted by
 least squares to measured trials only, reported with its fit quality (R² and n), so a reader can
 judge whether the rule holds on this hardware. Rules with too few distinct points say so instead
-of inventing a fit.
+of inventing a fit, and a fit whose R² is below :data:`R2_MIN` is kept in the data but not shown
+as a rule (``Rule.shown``): a curve that explains less of the spread than it leaves unexplained
+would mislead a reader more than it helps.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Rule", "fit_rules", "pareto_front"]
+__all__ = ["R2_MIN", "Rule", "fit_rules", "pareto_front"]
 
 #: A rule needs at least this many points at this many distinct x values.
 MIN_POINTS, MIN_DISTINCT_X = 3, 3
+#: Fits with a lower R² are not shown as rules of thumb. At R² = 0.5 the curve explains as much of
+#: the variance as it leaves, and the residual spread is still 71 % of the raw spread (sqrt(0.5)):
+#: below that, reading a value off the curve is closer to guessing than to a rule.
+R2_MIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,16 @@ class Rule:
     curve: list[tuple[float, float]] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def shown(self) -> bool:
+        """Whether the rule is fitted well enough to be shown: fitted, with R² >= R2_MIN."""
+        return self.status == "fitted" and self.r2 is not None and self.r2 >= R2_MIN
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "formula": self.formula, "x": self.x_label,
                 "y": self.y_label, "status": self.status, "params": self.params,
                 "r2": self.r2, "n": self.n, "points": self.points, "curve": self.curve,
-                "note": self.note}
+                "note": self.note, "shown": self.shown, "r2_min": R2_MIN}
 
 
 Trial = Mapping[str, Any]  # {"config": ..., "metrics": ..., "features": ...}
@@ -80,7 +91,9 @@ def _fit_curve(name: str, formula: str, x_label: str, y_label: str,
     except (RuntimeError, ValueError) as exc:
         return Rule(name, formula, x_label, y_label, f"fit failed: {exc}", n=len(pts),
                     points=pts, note=note)
-    grid = np.linspace(x.min(), x.max(), 40)
+    # Points spread over decades are drawn on a log axis: sample the curve evenly there too.
+    spread = x.min() > 0 and x.max() / x.min() > 30
+    grid = (np.geomspace(x.min(), x.max(), 40) if spread else np.linspace(x.min(), x.max(), 40))
     curve = [(float(a), float(b)) for a, b in zip(grid, fn(grid, *params), strict=True)]
     return Rule(name, formula, x_label, y_label, "fitted",
                 {k: float(v) for k, v in zip(param_names, params, strict=True)},
@@ -113,7 +126,8 @@ def _faiss_rules(trials: Sequence[Trial]) -> list[Rule]:
         lambda t: float(t["metrics"].get("qps", 0)))
     pts = [(math.sqrt(float(n)), float(t["config"]["nlist"])) for n, t in best.items()]
     rules.append(_fit_curve(
-        "best nlist against sqrt(N)", "nlist = c * sqrt(N)", "sqrt(N)", "best nlist", pts,
+        "best nlist against sqrt(N)", "nlist = c * sqrt(N)", "sqrt(N) (vectors^0.5)",
+        "best nlist (lists)", pts,
         lambda x, c: c * x, [1.0], ["c"], log_y=True,
         note="per corpus size, the IVF trial with the highest qps at recall@10 >= 0.9; "
              "the literature's rule of thumb is c ~ 1-16"))
@@ -128,7 +142,8 @@ def _faiss_rules(trials: Sequence[Trial]) -> list[Rule]:
                if "recall_at_10" in t["metrics"]]
         rules.append(_fit_curve(
             f"recall@10 against nprobe/nlist (IVF-Flat, N={main_n:g})",
-            "recall = 1 - a * exp(-b * x)", "nprobe/nlist", "recall@10", pts,
+            "recall = 1 - a * exp(-b * x)", "nprobe/nlist (share of lists)", "recall@10 (fraction)",
+            pts,
             lambda x, a, b: 1 - a * np.exp(-b * x), [0.5, 10.0], ["a", "b"],
             bounds=([0, 0], [1.5, 1e4]),
             note="the share of lists probed decides recall, not nprobe alone"))
@@ -136,7 +151,7 @@ def _faiss_rules(trials: Sequence[Trial]) -> list[Rule]:
                for t in sub if "p95_latency_ms" in t["metrics"]]
         rules.append(_fit_curve(
             f"p95 latency against nprobe (IVF-Flat, N={main_n:g})", "p95 = a + b * nprobe",
-            "nprobe", "p95 latency (ms)", pts, lambda x, a, b: a + b * x, [0.01, 0.001],
+            "nprobe (lists)", "p95 latency (ms)", pts, lambda x, a, b: a + b * x, [0.01, 0.001],
             ["a", "b"], note="each probed list adds a scan of about N/nlist vectors"))
     return rules
 
@@ -158,13 +173,14 @@ def _llm_rules(trials: Sequence[Trial]) -> list[Rule]:
     pts = _knob_metric_points(trials, "block_size", "output_tokens_per_s")
     rules.append(_fit_curve(
         "output throughput against page (block) size", "tokens/s = a + b * log2(x)",
-        "block_size (tokens)", "output tokens/s", pts,
+        "block_size (tokens)", "output throughput (tokens/s)", pts,
         lambda x, a, b: a + b * np.log2(x), [1000.0, 0.0], ["a", "b"],
         note="paged-attention block size; other knobs vary too"))
     pts = _knob_metric_points(trials, "max_num_seqs", "output_tokens_per_s")
     rules.append(_fit_curve(
         "output throughput against max_num_seqs", "tokens/s = a * x / (b + x)",
-        "max_num_seqs", "output tokens/s", pts, lambda x, a, b: a * x / (b + x),
+        "max_num_seqs (sequences)", "output throughput (tokens/s)", pts,
+        lambda x, a, b: a * x / (b + x),
         [max((p[1] for p in pts), default=1000.0), 32.0], ["a", "b"], log_y=True,
         bounds=([0, 0], [1e8, 1e5]),
         note="batch-size cap: throughput saturates once the arrival rate, not the cap, limits"))

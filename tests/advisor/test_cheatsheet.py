@@ -60,9 +60,10 @@ def test_renderings_are_complete_and_offline(store: TrialStore, models: Knowledg
     page = sheet.to_html()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<svg" in page and "Pareto front" in page
-    # self-contained: no scripts, no external resources (the SVG namespace is not a fetch)
-    assert "<script" not in page and not re.search(r"(src|href)=", page)
-    assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", page)
+    # self-contained: no scripts, no external resources (only in-page #fragment references;
+    # the SVG and XLink namespaces are names, not fetches)
+    assert "<script" not in page and not re.search(r"(src|href)=[\"'](?!#)", page)
+    assert not re.findall(r"https?://(?!www\.w3\.org/(2000/svg|1999/xlink))", page)
 
 
 def test_knob_value_answers_and_not_found_is_an_error(store: TrialStore,
@@ -102,5 +103,11 @@ def test_rules_report_fit_quality_or_insufficient_data() -> None:
 def test_pareto_front_and_svg() -> None:
     pts = [(1.0, 10.0), (2.0, 20.0), (2.5, 15.0), (3.0, 30.0), (0.5, 5.0)]
     assert pareto_front(pts) == [4, 0, 1, 3]
-    svg = svg_plot("t", "x", "y", pts, [pts[i] for i in pareto_front(pts)], log_x=True)
-    assert svg.startswith("<svg") and svg.count("<circle") == 5 and "<polyline" in svg
+    svg = svg_plot("t", "x (s)", "y (ms)", pts, [pts[i] for i in pareto_front(pts)], log_x=True)
+    # matplotlib's SVG, inlinable: no XML prolog, a title, every point a marker, the front a
+    # path, ids prefixed by the figure's own id.
+    assert svg.startswith("<svg") and "<title>t</title>" in svg and "<script" not in svg
+    points = svg[svg.index('id="fig-t-points"'):]
+    assert points[:points.index("</g>")].count("<use") == 5
+    assert 'id="fig-t-line"' in svg
+    assert all(i.startswith("fig-t") for i in re.findall(r'\bid="([^"]+)"', svg))

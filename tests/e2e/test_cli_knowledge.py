@@ -1,10 +1,12 @@
 """End to end on the shipped knowledge, as a user runs it: `knowledge fit`, `knowledge eval`,
-model-based `recommend` (with --explain and --json) and `cheatsheet` in all three formats."""
+model-based `recommend` (with --explain and --json) and `cheatsheet` in all three formats (the
+HTML with its latency-against-rate figures)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +85,19 @@ def test_cheatsheet_renders_from_shipped_data(env: dict[str, str], tmp_path: Pat
         data = json.loads(text)
         assert data["rows"] and {r["tier"] for r in data["rows"]} == {
             "interactive", "standard", "throughput"}
+        # The shipped H200 runs co-measured several arrival rates with the engine default.
+        rate = [f for c in data["contexts"] for f in c["figures"]["rate"]]
+        assert rate and all(c["kind"] == "serving" for c in data["contexts"])
+        assert all(len(f["rates"]) >= 2 and f["default_measured"] for f in rate)
     elif fmt == "html":
-        assert "<svg" in text and "<script" not in text
+        assert "<svg" in text and "<script" not in text and "<nav class='toc'>" in text
+        # Per tier, a latency-against-rate figure with the default's curve; the tiers that bound
+        # TTFT draw their bound as a line.
+        figures = [s for s in re.findall(r"<svg\b.*?</svg>", text, re.S)
+                   if "against arrival rate" in s[:s.index(">")]]
+        assert figures and all(re.search(r'id="[^"]*-ttft_p95_ms-curve-default"', s)
+                               for s in figures)
+        assert any(re.search(r'id="[^"]*-ttft_p95_ms-slo"', s) for s in figures)
     else:
         assert "| workload | tier |" in text and "Rules of thumb" in text
 
