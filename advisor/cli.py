@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import gzip
 import hashlib
 import logging
 import signal
@@ -49,8 +50,10 @@ from advisor.driver import (
 )
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.evaluation import audit_store_trials
+from advisor.failure_gate import check_threshold, evaluate_store
 from advisor.headroom import Headroom
 from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
+from advisor.model_config import describe, shape_option, unmeasured_shape
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import check_model, known_model, resolve_workload
@@ -68,10 +71,14 @@ from advisor.settings import Settings, default_db_url
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
+from knowledge.failures import DEFAULT_FAMILY as FAILURE_FAMILY
+from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
+from knowledge.failures import FAMILIES as FAILURE_FAMILIES
 from knowledge.surrogate import (
     DEFAULT_FAMILY,
     FAMILIES,
     GROUP_BY,
+    SCORE_ON,
     cross_validate,
     workload_features,
 )
@@ -80,6 +87,7 @@ from knowledge.validity import invalid_reason, validity_of
 from objectives import parse_slo
 from objectives.hardware import hardware_key
 from objectives.llm.models import MODEL_SHAPES
+from objectives.llm.shapes import ShapeFeatures
 from objectives.llm.workload import KIND as LLM_KIND
 from objectives.llm.workload import at_rate
 from objectives.registry import TARGETS, get_target, target_names
@@ -92,6 +100,10 @@ log = logging.getLogger(__name__)
 #: ``--target`` in --help: the built-in targets (out-of-tree ones are accepted too).
 _TARGETS = "|".join(sorted(TARGETS))
 _MODELS = "|".join([*MODEL_SHAPES, "DIR"])
+_MODEL_CONFIG_HELP = (
+    "LLM targets: a Hugging Face config.json (a path, or KEY=VALUE,... fields) of a dense "
+    "Llama, Mistral or Qwen2 decoder, served with random weights under the shape's name (a "
+    "built-in name, else one spelling the shape out). With --model, both must name one shape.")
 _WIDE_HELP = "One line per row, however wide (for wide terminals or `less -S`)."
 _CSV_HELP = "Comma-separated values with a header row (wins over --wide)."
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -308,6 +320,8 @@ def tune_cmd(
     model: Annotated[str | None, typer.Option(callback=one_line,
         help="LLM targets: a model shape (random weights) or a local model directory. Sets the "
              "workload's `model`.", metavar=_MODELS)] = None,
+    model_config: Annotated[str | None, typer.Option("--model-config", callback=one_line,
+        help=_MODEL_CONFIG_HELP, metavar="PATH|KEY=VALUE,...")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
                                  "n_base=5000.")] = None,
@@ -359,6 +373,18 @@ def tune_cmd(
         min=0, max=50, help="After the search, measure the best config and the engine default "
         "this many times each, interleaved, and report their paired comparison (0: off; else "
         "at least 3). Default $ADVISOR_PAIRED_REPEATS or 3.")] = None,
+    failure_gate: Annotated[bool | None, typer.Option(
+        "--failure-gate/--no-failure-gate",
+        help="Skip a sampled config that the failure model, learnt from every stored trial of "
+             "the target, predicts to fail (refused or crashed start, OOM, hang): it is stored "
+             "as failed (predicted_failure) with the reason, and no engine starts. The engine "
+             "default and --enqueue / warm-start configs always run. On by default; recorded "
+             "with the study (--resume keeps it unless given).")] = None,
+    failure_threshold: Annotated[float | None, typer.Option(
+        callback=lambda v: _probability(v),
+        help=f"Failure probability at or above which the gate skips a config (default "
+             f"{DEFAULT_THRESHOLD:g}, chosen for held-out precision; `advisor knowledge eval "
+             "--failures`).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run a tuning study: search the target's knobs against an SLO on this machine.
@@ -373,6 +399,7 @@ def tune_cmd(
         err.print("[yellow]--timeout is deprecated[/yellow]: it limits each trial, so it is now "
                   "--trial-timeout", soft_wrap=True)
         trial_timeout = timeout
+    model = _model_option(model, model_config)
     if model is not None:
         check_model(model)
     _sigterm_interrupts()
@@ -408,7 +435,9 @@ def tune_cmd(
                 flag = "--enqueue" if enqueue else "--startup-trials"
                 raise AdvisorError(f"{flag} applies when a study starts; study {study_name!r} "
                                    "exists (start a new one with another --name)")
-            result = driver.resume(study_name, trials, paired_repeats=paired_repeats)
+            result = driver.resume(study_name, trials, paired_repeats=paired_repeats,
+                                   failure_gate=failure_gate,
+                                   failure_threshold=failure_threshold)
         else:
             if resume:
                 err.print(f"no study named {study_name!r} yet: starting it")
@@ -417,7 +446,9 @@ def tune_cmd(
                 n_trials=trials, sampler=sampler, seed=seed, startup_trials=startup_trials,
                 include_default=include_default,
                 co_measured=co_measured, enqueued=_enqueued(enqueue or []),
-                paired_repeats=paired_repeats, search_sweep=search_sweep)
+                paired_repeats=paired_repeats, search_sweep=search_sweep,
+                failure_gate=True if failure_gate is None else failure_gate,
+                failure_threshold=failure_threshold)
             result = driver.run(spec, on_created=warm_start_hook(driver, spec) if warm_start
                                 else None)
     except KeyboardInterrupt:
@@ -426,6 +457,16 @@ def tune_cmd(
                   f"--name {study_name} --resume")
         raise typer.Exit(130) from None
     _print_result(result, as_json)
+
+
+def _probability(value: float | None) -> float | None:
+    """Option callback: a failure threshold is a probability in (0, 1]."""
+    if value is not None:
+        try:
+            check_threshold(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
 
 
 def _co_measured(study_name: str, wl: Workload, rates: list[float]) -> tuple[CoMeasured, ...]:
@@ -509,6 +550,9 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
         "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
         "invalid": result.count(TrialStatus.INVALID),
         "paired_comparison": study.data_provenance.get(PROVENANCE_KEY),
+        "failure_gate": study.data_provenance.get("failure_gate"),
+        "predicted_failures": [t.number for t in result.trials
+                               if t.error_type == PREDICTED_FAILURE],
     }
     if result.co_measured:
         summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
@@ -528,6 +572,11 @@ def _print_result(result: StudyResult, as_json: bool) -> None:
     out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured{swept}, "
               f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
               f"{summary['meeting_slo']} met the SLO {study.slo}")
+    skipped = [t.number for t in result.trials if t.error_type == PREDICTED_FAILURE]
+    if skipped:
+        out.print(f"{len(skipped)} of the failed were predicted to fail and never started "
+                  f"(trials {', '.join(f'#{n}' for n in skipped)}; `advisor trials --study "
+                  f"{study.name} --status failed` shows why)")
     if result.best is None:
         out.print("[yellow]No measured config met the SLO.[/yellow] Loosen the SLO, widen the "
                   "search (--trials), or check the failed trials with `advisor trials "
@@ -685,6 +734,31 @@ def _workload_query(rate_rps: float | None, prompt_len: float | None, output_len
     return {k: v for k, v in given.items() if v is not None}
 
 
+def _model_option(model: str | None, model_config: str | None) -> str | None:
+    """``--model`` / ``--model-config`` as the workload's ``model``; names the config's shape."""
+    shape = shape_option(model, model_config)
+    if shape is None:
+        return model
+    err.print(escape(f"--model-config {model_config}: {describe(shape)}"), highlight=False)
+    return shape.name
+
+
+def _answer_unmeasured_shape(store: TrialStore, target: str, hardware: str | None,
+                             shape: ShapeFeatures, model_config: str, slo: str,
+                             as_json: bool) -> None:
+    """``recommend --model-config`` for a shape never measured on ``hardware``: say so, name
+    the measured shapes and the tune command, exit 1. Returns when the shape was measured."""
+    gap = unmeasured_shape(store, target=target, hardware=hardware, shape=shape,
+                           model_config=model_config, slo=slo)
+    if gap is None:
+        return
+    if as_json:
+        print_json(out, gap.to_dict())
+    else:
+        out.print(escape(gap.reason), highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
 @app.command("recommend")
 def recommend_cmd(
     slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
@@ -697,6 +771,8 @@ def recommend_cmd(
              "hardware key such as h200.")] = "this",
     model: Annotated[str | None, typer.Option(callback=one_line,
         help="LLM targets: the model shape (llama-3-8b, llama-3.2-1b, ...).")] = None,
+    model_config: Annotated[str | None, typer.Option("--model-config", callback=one_line,
+        help=_MODEL_CONFIG_HELP, metavar="PATH|KEY=VALUE,...")] = None,
     rate_rps: Annotated[float | None, typer.Option(
         help="LLM workload: Poisson arrival rate, requests/s.")] = None,
     prompt_len: Annotated[float | None, typer.Option(
@@ -725,9 +801,13 @@ def recommend_cmd(
     """
     tgt = get_target(target)
     hw = None if hardware == "any" else hardware_key() if hardware == "this" else hardware
+    shape = shape_option(model, model_config)
+    model = model if shape is None else shape.name
     settings = _settings()
     store = _store(settings)
     workload = _workload_query(rate_rps, prompt_len, output_len, n_vectors, dim)
+    if shape is not None and model_config is not None:
+        _answer_unmeasured_shape(store, target, hw, shape, model_config, slo, as_json)
     if measured:
         rec = recommend_measured(store, target=target, slo=requested_slo(slo),
                                  objective=Objective.parse(objective or tgt.default_objective),
@@ -740,10 +820,12 @@ def recommend_cmd(
             raise typer.Exit(1)
         return
     query = RecommendationQuery(target=target, slo=slo, hardware=hw, model=model,
-                                objective=objective, workload=workload)
+                                objective=objective, workload=workload,
+                                model_shape=None if shape is None else shape.to_dict())
     # Validate the question before fitting anything, so a typo answers at once.
     requested_slo(slo).check_metrics(target, tgt.reported_metrics())
-    answer = recommend(store, query, models=_models(settings, store, target))
+    answer = recommend(store, query, models=_models(settings, store, target),
+                       failure_cache_dir=settings.cache_dir)
     if as_json:
         print_json(out, answer.to_dict())
     else:
@@ -956,8 +1038,9 @@ def knowledge_export_cmd(
     flt = TrialFilter(target=target, study=study, hardware_key=hardware)
     if output is None:
         n = export_jsonl(store, sys.stdout, flt)
-    else:
-        with output.open("w") as f:
+    else:  # a name ending in .gz is written compressed, as the shipped knowledge is kept
+        with (gzip.open(output, "wt", encoding="utf-8") if output.name.endswith(".gz")
+              else output.open("w")) as f:
             n = export_jsonl(store, f, flt)
     err.print(f"exported {n} trials")
 
@@ -965,7 +1048,8 @@ def knowledge_export_cmd(
 @knowledge_app.command("import")
 def knowledge_import_cmd(
     files: Annotated[list[Path], typer.Argument(help="JSONL files written by `knowledge export` "
-                                                     "('-' reads standard input).")],
+                                                     "(.jsonl.gz: compressed; '-' reads "
+                                                     "standard input).")],
 ) -> None:
     """Import trials from JSONL files; trials already in the store are skipped."""
     store = _store()
@@ -1191,11 +1275,45 @@ def knowledge_eval_cmd(
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "
-                        "infeasible, over SLOs spread across the measured range.")] = False,
+                        "infeasible, over SLOs spread across the measured range (held out as "
+                        "--group-by says).")] = False,
+    score_on: Annotated[str, typer.Option(
+        help="Score each held-out 'trial', or the 'median' of each held-out config's repeats "
+             "at one workload (what a model can be expected to hit when one measurement's "
+             "repeat noise is larger than the goal).", **choice(SCORE_ON))] = "trial",
+    load_curves: Annotated[bool, typer.Option(
+        "--load-curves/--no-load-curves",
+        help="Let measured configs' load curves answer for them (default), or score the "
+             "knob-level surrogates alone.")] = True,
+    failures: Annotated[bool, typer.Option(
+        "--failures", help="Evaluate the failure model instead (which configs fail to start): "
+                           "held-out precision, recall and AUC per target and hardware, configs "
+                           "held out together and whole studies held out, and the device time "
+                           "its skips would have saved.")] = False,
+    failure_threshold: Annotated[float | None, typer.Option(
+        callback=lambda v: _probability(v),
+        help=f"With --failures: the skip threshold to score (default {DEFAULT_THRESHOLD:g}).")
+    ] = None,
+    failure_family: Annotated[str, typer.Option(
+        help="With --failures: the classifier family.", **choice(FAILURE_FAMILIES))
+    ] = FAILURE_FAMILY,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Held-out error per metric on the stored trials: grouped K-fold cross-validation (all
-    measurements of one config are held out together), MAPE and 90%-interval coverage."""
+    measurements of one config are held out together), MAPE and 90%-interval coverage. With
+    --failures, the failure model's held-out precision and recall instead."""
+    if failures:
+        if (audit or metric or all_metrics or group_by != "config" or score_on != "trial"
+                or not load_curves):
+            raise AdvisorError("--failures scores the failure model; --audit, --metric, "
+                               "--all-metrics, --group-by, --score-on and --no-load-curves "
+                               "apply to the surrogates")
+        _print_failure_eval(_store(), target=target, family=failure_family,
+                            threshold=failure_threshold or DEFAULT_THRESHOLD, folds=folds,
+                            as_json=as_json)
+        return
+    if failure_threshold is not None or failure_family != FAILURE_FAMILY:
+        raise AdvisorError("--failure-threshold and --failure-family apply with --failures only")
     store = _store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
@@ -1212,18 +1330,24 @@ def knowledge_eval_cmd(
         names = sorted({m for t in ctx_trials for m in t.metrics})
         wanted = names if all_metrics else metric or [m for m in names if _is_goal_metric(m)]
         scores = cross_validate(key, ctx_trials, family=family, folds=folds,
-                                metrics=[m for m in wanted if m in names], group_by=group_by)
+                                metrics=[m for m in wanted if m in names], group_by=group_by,
+                                load_curves=load_curves, score_on=score_on)
         rows += [{"context": key.label(), **s.to_dict()} for s in scores.values()]
-    audits = ([a.to_dict() for a in audit_store_trials(trials, target=target, family=family,
-                                                       folds=folds)] if audit else [])
+    audits = ([a.to_dict() for a in audit_store_trials(
+        trials, target=target, family=family, folds=folds, group_by=group_by,
+        load_curves=load_curves)] if audit else [])
     if as_json:
         print_json(out, {"family": family, "folds": folds, "coverage_nominal": 0.9,
-                             "scores": rows, "feasibility_audit": audits})
+                         "group_by": group_by, "score_on": score_on,
+                         "load_curves": load_curves, "scores": rows,
+                         "feasibility_audit": audits})
         return
     if not rows:
         out.print("no context has enough measured trials to evaluate")
         return
-    out.print(_score_table(f"held-out error ({family}, {folds}-fold grouped by {group_by}; goal: "
+    scored = "median of repeats per config and workload" if score_on == "median" else "trial"
+    out.print(_score_table(f"held-out error ({family}{', load curves' if load_curves else ''}, "
+                           f"{folds}-fold grouped by {group_by}, scored per {scored}; goal: "
                            "MAPE <= 10% for p95 latency and throughput)", rows, 0.10))
     for a in audits:
         rate = a["false_feasible_rate"]
@@ -1236,6 +1360,51 @@ def knowledge_eval_cmd(
                   f"({'-' if rec_rate is None else f'{rec_rate:.1%}'}); the filter kept "
                   f"{'-' if a['feasible_recall'] is None else format(a['feasible_recall'], '.0%')}"
                   f" of {a['measured_feasible']} measured-feasible pairs; {len(a['slos'])} SLOs")
+
+
+def _print_failure_eval(store: TrialStore, *, target: str | None, family: str,
+                        threshold: float, folds: int, as_json: bool) -> None:
+    """`advisor knowledge eval --failures`: the failure model held against stored trials."""
+    if target is not None:
+        get_target(target)  # an unknown name fails here, naming the known ones
+    evaluation, data = evaluate_store(store, target=target, family=family,
+                                      threshold=threshold, folds=folds)
+    if as_json:
+        print_json(out, {"family": family, "threshold": threshold, "folds": folds,
+                         "data": data, **evaluation.to_dict()})
+        return
+    if not data:
+        out.print("no labelled engine starts (measured or failed trials) in the store")
+        return
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    table = Table(title=f"failure model held out ({family}, skip at p >= {threshold:g}; "
+                        f"{folds}-fold grouped by config, and leave one study out)")
+    for c in ("target", "hardware", "held out", "starts", "failed (prestart)", "skipped",
+              "precision", "recall", "AUC", "saved s", "lost s"):
+        table.add_column(c)
+    rows = [[sc.target, sc.hardware_key, "configs" if sc.scheme == "config" else "studies",
+             str(h.starts), f"{h.failures} ({h.prestart_failures})", str(h.skipped),
+             pct(h.precision), pct(h.recall), "-" if h.auc is None else f"{h.auc:.3f}",
+             f"{h.saved_s:.0f}", f"{h.lost_s:.0f}"]
+            for sc in evaluation.scores for h in [sc.held_out]]
+    emit_table(out, table, rows, "table")
+    for key, d in sorted(data.items()):
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(d["error_types"].items())) or "none"
+        out.print(f"{key}: {d['starts']} labelled starts in {d['studies']} studies, "
+                  f"{d['failures']} failed ({kinds}; {d['prestart_rejections']} refused by the "
+                  "target's own checks before any engine started)")
+    for scheme in ("config", "study"):
+        row = [f"p >= {t:g}: {pct(h.precision)} / {pct(h.recall)} / "
+               f"{h.saved_s - h.lost_s:.0f} s" for sch, t, h in evaluation.sweep if sch == scheme]
+        if row:
+            out.print(f"all targets, {'configs' if scheme == 'config' else 'studies'} held out "
+                      f"(precision / recall / net saved): {'; '.join(row)}")
+    out.print(f"[dim]evaluated in {evaluation.seconds:.1f} s; saved s: device time of the "
+              "skipped failures (prestart rejections cost nothing); lost s: time of the "
+              "measured trials that would have been skipped[/dim]")
 
 
 @app.command("cheatsheet")

@@ -13,8 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from advisor.cli import (
+    _MODEL_CONFIG_HELP,
     _enqueued,
     _fmt,
+    _model_option,
     _resolve_workload,
     _settings,
     _sigterm_interrupts,
@@ -69,6 +71,9 @@ def crosscheck_cmd(
     model: Annotated[str | None, typer.Option(
         callback=one_line, help="Model shape or local path (sets the workload's `model`).")
     ] = None,
+    model_config: Annotated[str | None, typer.Option(
+        "--model-config", callback=one_line, help=_MODEL_CONFIG_HELP,
+        metavar="PATH|KEY=VALUE,...")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable).")
                               ] = None,
@@ -115,6 +120,7 @@ def crosscheck_cmd(
     _sigterm_interrupts()
     if not rate:
         raise AdvisorError("crosscheck needs at least one --rate, e.g. --rate 15 --rate 45")
+    model = _model_option(model, model_config)
     settings = _settings()
     tgt = get_target(target)
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]

@@ -38,6 +38,8 @@ from optuna.trial import TrialState
 
 from advisor import __version__, pairing
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
+from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
+from advisor.failure_gate import FailureGate, check_threshold
 from advisor.headroom import FRESH_BUILD
 from advisor.inputs import check_label
 from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
@@ -47,6 +49,7 @@ from advisor.sampling import suggest_config, swept_params
 from advisor.settings import Settings, check_paired_repeats
 from advisor.swept_trials import chosen_point, constraint_attrs, swept_trial_template
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from knowledge.jobs import pid_alive
 from knowledge.leases import StudyLease
 from knowledge.models import StudyStatus, utcnow
@@ -116,8 +119,18 @@ class StudySpec:
     #: sampler then picks only the other knobs. Off (the default until it measures better on
     #: the quickstart, docs/benchmarks.md): every knob is sampled, a setting per trial.
     search_sweep: bool = False
+    #: Skip a sampled config the failure model (knowledge/failures.py) predicts to fail with
+    #: probability >= ``failure_threshold`` (None: its default) instead of starting its engine;
+    #: it is stored failed (``predicted_failure``) with the reason. Queued configs always run.
+    failure_gate: bool = True
+    failure_threshold: float | None = None
 
     def __post_init__(self) -> None:
+        if self.failure_threshold is not None:
+            try:
+                check_threshold(self.failure_threshold)
+            except ValueError as exc:
+                raise StudyError(str(exc)) from None
         if self.n_trials < 1:
             raise StudyError(f"`n_trials >= 1` must hold, but got n_trials={self.n_trials}")
         if self.paired_repeats is not None:
@@ -170,9 +183,11 @@ class JoinResult:
 
 
 def failure_streak(store: TrialStore, study_id: int) -> int:
-    """How many of the study's most recently finished trials failed in a row."""
+    """How many of the study's most recently finished trials failed in a row. A config the
+    failure gate skipped neither counts nor breaks the streak: it says nothing about whether the
+    engine still starts."""
     finished = [t for t in store.trials_of_study(study_id, list(TrialStatus.FINISHED))
-                if t.finished_at is not None]
+                if t.finished_at is not None and t.error_type != PREDICTED_FAILURE]
     finished.sort(key=lambda t: t.finished_at, reverse=True)  # type: ignore[arg-type,return-value]
     streak = 0
     for t in finished:
@@ -254,6 +269,8 @@ class StudyDriver:
         self.store, self.settings = store, settings
         self.reporter: StudyReporter = reporter or _SilentReporter()
         self._leases: list[StudyLease] = []
+        #: The failure gate of each study this driver runs trials of, by study name.
+        self._gates: dict[str, FailureGate] = {}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     # entry points ----------------------------------------------------------------------------
@@ -312,6 +329,7 @@ class StudyDriver:
         co_provenance = [self._prepare(target, co.workload) for co in spec.co_measured]
         if spec.co_measured:
             provenance = {**provenance, _CO_STUDIES: [co.name for co in spec.co_measured]}
+        provenance = {**provenance, _GATE_KEY: _gate_settings(spec)}
         study = self._create_study(spec, provenance)
         companions = []
         for co, facts in zip(spec.co_measured, co_provenance, strict=True):
@@ -346,14 +364,24 @@ class StudyDriver:
         ))
 
     def resume(self, name: str, n_trials: int | None = None, *,
-               paired_repeats: int | None = None) -> StudyResult:
+               paired_repeats: int | None = None, failure_gate: bool | None = None,
+               failure_threshold: float | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
         until ``n_trials`` (default: the study's own) trials have finished. ``paired_repeats``
-        as in :class:`StudySpec`; repeats already queued or measured are not queued again."""
+        as in :class:`StudySpec`; repeats already queued or measured are not queued again.
+        ``failure_gate`` / ``failure_threshold`` change the study's recorded gate settings from
+        here on (None: keep them)."""
         with self.lease(name):
             spec, study, target, ostudy, companions = self._open(name, n_trials)
             if paired_repeats is not None:
                 spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
+            if failure_gate is not None or failure_threshold is not None:
+                spec = dataclasses.replace(
+                    spec, failure_gate=spec.failure_gate if failure_gate is None
+                    else failure_gate, failure_threshold=failure_threshold
+                    if failure_threshold is not None else spec.failure_threshold)
+                study = self.store.update_provenance(study.id or 0,
+                                                     {_GATE_KEY: _gate_settings(spec)})
             return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
@@ -525,12 +553,16 @@ class StudyDriver:
 
     @staticmethod
     def _spec_of(study: StudyRecord, n_trials: int | None) -> StudySpec:
+        # A study created before the failure gate existed gets the gate's defaults.
+        gate = study.data_provenance.get(_GATE_KEY) or {}
         return StudySpec(
             name=study.name, target=study.target, slo=parse_slo(study.slo),
             objective=Objective(study.objective_metric, study.objective_direction),  # type: ignore[arg-type]
             workload=Workload.from_spec(study.workload_spec),
             n_trials=n_trials if n_trials is not None else study.n_trials,
             sampler=study.sampler, seed=study.seed, include_default=False,
+            failure_gate=bool(gate.get("enabled", True)),
+            failure_threshold=gate.get("threshold"),
         )
 
     def _update_n_trials(self, study: StudyRecord, n_trials: int) -> StudyRecord:
@@ -727,6 +759,11 @@ class StudyDriver:
         for key, value in otrial.user_attrs.items():  # e.g. where a warm start found the config
             if key.startswith("advisor_") and key not in ("advisor_role", "advisor_requeued_from"):
                 details[key.removeprefix("advisor_")] = value
+        # A config someone asked for (queued, re-queued) is a measured fact: never skipped.
+        verdict = self._gate(spec, target, str(hw["key"])).check(
+            config, hw, queued=bool(role) or requeued is not None)
+        if verdict is not None:  # kept with every trial the gate judged, run or not
+            details[_GATE_KEY] = verdict.to_dict()
         record = _trial_record(spec, study.id or 0, otrial.number, otrial._trial_id, config, hw,
                                details)
         if budget is None:
@@ -740,6 +777,13 @@ class StudyDriver:
             if role:
                 ostudy.enqueue_trial(dict(otrial.params), user_attrs=dict(otrial.user_attrs))
             return None
+        if verdict is not None and verdict.skip:
+            log.info("trial %s skipped: predicted to fail (p=%.2f)", otrial.number,
+                     verdict.probability)
+            stored = self.store.fail_trial(rec.id or 0, error_type=PREDICTED_FAILURE,
+                                           error=verdict.reason, duration_s=verdict.seconds)
+            ostudy.tell(otrial, state=TrialState.FAIL)
+            return stored
         try:
             outcome = self._run_isolated(
                 spec, rec, config, companions,
@@ -761,6 +805,19 @@ class StudyDriver:
             self._record_co_measured(companion, space, dict(otrial.params), config, hw,
                                      _with_slo(target, co_outcome, spec.slo), co_details)
         return stored
+
+    def _gate(self, spec: StudySpec, target: Target, hardware_key: str) -> FailureGate:
+        """The study's failure gate (built once per study and driver); says once, and again
+        when it changes, whether it may skip anything here."""
+        gate = self._gates.get(spec.name)
+        if gate is None or (gate.enabled, gate.threshold) != (
+                spec.failure_gate, spec.failure_threshold or DEFAULT_THRESHOLD):
+            gate = self._gates[spec.name] = FailureGate(
+                self.store, target, spec.workload, enabled=spec.failure_gate,
+                threshold=spec.failure_threshold or DEFAULT_THRESHOLD)
+        if gate.enabled and (line := gate.announce(hardware_key)) is not None:
+            self.reporter.preparing(line)
+        return gate
 
     def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
                       companions: Sequence[_Companion] = (), *,
@@ -1032,6 +1089,12 @@ def _trial_record(spec: StudySpec, study_id: int, number: int, optuna_trial_id: 
         workload_hash=spec.workload.spec_hash, hardware=dict(hardware),
         hardware_key=str(hardware["key"]), advisor_version=__version__, details=dict(details),
         swept_from=swept_from)
+
+
+def _gate_settings(spec: StudySpec) -> dict[str, Any]:
+    """The failure gate's settings as recorded with the study (so a resume keeps them)."""
+    return {"enabled": spec.failure_gate,
+            "threshold": spec.failure_threshold or DEFAULT_THRESHOLD}
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:

@@ -23,6 +23,7 @@ from knowledge.surrogate import (
     ContextKey,
     context_of,
     fit_context,
+    instance_groups,
     workload_features,
 )
 from objectives import SLO, parse_slo
@@ -104,14 +105,19 @@ def _objective(target: str) -> Objective:
 
 def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
                         slos: Sequence[SLO] | None = None, family: str = DEFAULT_FAMILY,
-                        folds: int = 5, seed: int = 0) -> FeasibilityAudit:
-    """Audit the conservative feasibility filter of one context on held-out configs."""
+                        folds: int = 5, seed: int = 0, group_by: str = "config",
+                        load_curves: bool = True) -> FeasibilityAudit:
+    """Audit the conservative feasibility filter of one context on held-out configs (or, with
+    ``group_by``, held-out workloads or engine instances, as
+    :func:`knowledge.surrogate.cross_validate` holds them out); ``load_curves`` as there."""
     from sklearn.model_selection import GroupKFold
 
     rows = [t for t in trials if t.status == "complete" and t.metrics]
     slos = list(slos) if slos is not None else audit_slos(key.target, rows)
     audit = FeasibilityAudit(key.label(), [str(s) for s in slos])
-    groups = np.asarray([t.config_hash for t in rows])
+    groups = np.asarray(instance_groups(rows) if group_by == "instance"
+                        else [t.workload_hash for t in rows] if group_by == "workload"
+                        else [t.config_hash for t in rows])
     k = min(folds, len(set(groups.tolist())))
     if k < 2 or not slos:
         return audit
@@ -121,7 +127,7 @@ def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
     needed = sorted({m for s in slos for m in s.metrics} | {objective.metric})
     for train, test in splitter.split(np.zeros(len(rows)), groups=groups):
         ctx = fit_context(key, [rows[i] for i in train], family=family, score=False,
-                          metrics=needed)
+                          metrics=needed, load_curves=load_curves)
         held = [rows[i] for i in test]
         preds: dict[str, list[tuple[float, float, float]]] = {m: [] for m in needed}
         for t in held:
@@ -163,12 +169,14 @@ def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
 
 
 def audit_store_trials(trials: Sequence[TrialRecord], *, target: str | None = None,
-                       family: str = DEFAULT_FAMILY, folds: int = 5, min_trials: int = 8
+                       family: str = DEFAULT_FAMILY, folds: int = 5, min_trials: int = 8,
+                       group_by: str = "config", load_curves: bool = True
                        ) -> list[FeasibilityAudit]:
     """:func:`holdout_feasibility` for every context with at least ``min_trials`` trials."""
     grouped: dict[ContextKey, list[TrialRecord]] = {}
     for t in trials:
         if t.status == "complete" and t.metrics and (target is None or t.target == target):
             grouped.setdefault(context_of(t), []).append(t)
-    return [holdout_feasibility(k, v, family=family, folds=folds)
+    return [holdout_feasibility(k, v, family=family, folds=folds, group_by=group_by,
+                                load_curves=load_curves)
             for k, v in sorted(grouped.items()) if len(v) >= min_trials]

@@ -18,6 +18,7 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -31,12 +32,14 @@ from advisor.baseline import (
     paired_between,
 )
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
+from advisor.failure_gate import failure_model
 from advisor.headroom import Headroom, bound_margin, margins_with_headroom, measured_headroom
 from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels
+from knowledge.failures import StartFacts, start_workload_features
 from knowledge.surrogate import (
     ContextModels,
     WorkloadPoint,
@@ -329,6 +332,10 @@ class RecommendationQuery:
     model: str | None = None
     workload: dict[str, Any] = field(default_factory=dict)
     objective: str | None = None
+    #: The features of ``model``'s shape (objectives.llm.shapes.ShapeFeatures.to_dict()) when
+    #: the question gave a config.json (``--model-config``): what a model fitted over shapes needs
+    #: to answer for a shape that was never measured.
+    model_shape: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for label, what in ((self.hardware, "the hardware"), (self.model, "the model")):
@@ -642,11 +649,15 @@ def _quality(ctx: ContextModels, metrics: list[str]) -> dict[str, dict[str, Any]
 
 
 def recommend(store: TrialStore, query: RecommendationQuery, *,
-              models: KnowledgeModels | None = None) -> ModelRecommendation:
+              models: KnowledgeModels | None = None, drop_predicted_failures: bool = True,
+              failure_cache_dir: Path | None = None) -> ModelRecommendation:
     """Answer ``query`` from the fitted models (fitted now from ``store`` when not given).
 
     Never returns a config whose conservative bound (interval end on the wrong side) violates a
-    bound of the SLO. Raises :class:`UnknownTargetError` / :class:`SLOParseError` for bad input.
+    bound of the SLO, nor (``drop_predicted_failures``) one the failure model predicts to fail
+    to start (advisor/failure_gate.py; kept in ``failure_cache_dir`` between processes when
+    given); the notes say how many were dropped. Raises :class:`UnknownTargetError` /
+    :class:`SLOParseError` for bad input.
     """
     engine = _engine(query.target)
     slo = requested_slo(query.slo)
@@ -692,15 +703,24 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             f"{ctx.workload_ranges()}; predictions there would be extrapolation",
             context=ctx.key.to_dict(), borrowed_workload=borrowed)
 
+    above = _above_capacity(ctx, features)
+    if above is not None:
+        return uncovered(above, context=ctx.key.to_dict(), borrowed_workload=borrowed)
     space = _space(query.target)
     headroom = _context_headroom(store, ctx, engine, slo)
     failed = {_config_key(c) for c in ctx.failed_configs}
-    measured = list({_config_key(c): c for c in ctx.configs}.values())
+    # The engine default is always a candidate ("keep the defaults" is an answer), first.
+    default = _default_as_measured(space.default_config(), ctx)
+    measured = list({_config_key(c): c for c in [default, *ctx.configs]}.values())
     pred = ctx.predict(measured, features, needed)
     order = _rank(pred, slo, objective, len(measured), headroom)
     seeds = [measured[i] for i in order[:8]]
     extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
     configs = [c for c in [*measured, *extra] if _config_key(c) not in failed]
+    if drop_predicted_failures:
+        configs, note = _without_predicted_failures(store, ctx, configs, features, nearest,
+                                                    failure_cache_dir)
+        notes.extend(note)
     pred = ctx.predict(configs, features, needed)
     feasible = [i for i in range(len(configs))
                 if all(m <= 0 for m in _conservative_margins(slo, pred, i, headroom).values())]
@@ -732,6 +752,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     sign = 1.0 if objective.direction == "maximize" else -1.0
     best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
     config = configs[best]
+    notes.extend(_curve_notes(ctx, config, features))
     evidence = _evidence(ctx, config, features, slo, needed)
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
     workload_spec = _workload_for_launch(nearest, features)
@@ -747,6 +768,75 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         distance=distance, inside=inside)
 
 
+def _default_as_measured(default: Mapping[str, Any], ctx: ContextModels) -> dict[str, Any]:
+    """The engine default as the context's trials record it: a knob no measured config sets
+    (added to the space after they were measured) was at its default in all of them, so it is
+    left out, and the default matches its own measurements (and its load curve)."""
+    seen = {k for c in ctx.configs for k in c}
+    return {k: v for k, v in default.items() if k in seen or not ctx.configs}
+
+
+def _above_capacity(ctx: ContextModels, features: Mapping[str, float]) -> str | None:
+    """Why the asked rate lies outside the measured region when it is above the capacity of
+    every config whose load curve shows one at this workload (a queue that grows for as long as
+    the load lasts: no measured figure holds there), else None."""
+    curves = ctx.load_curves
+    if curves is None or curves.roles.rate not in features:
+        return None
+    rate = float(features[curves.roles.rate])
+    caps = [(curve.capacity, curve) for config in ctx.configs
+            if (curve := curves.curve(config, features)) is not None and curve.seen]
+    if not caps:
+        return None
+    top, curve = max(caps, key=lambda x: x[0])
+    if rate <= top:
+        return None
+    return (f"the asked rate {rate:g} req/s is above the capacity of every measured config at "
+            f"this workload (highest: about {top:.0f} req/s offered, from a config measured at "
+            f"{', '.join(f'{r:g}' for r in curve.rates)} req/s): past capacity the queue grows "
+            "for as long as the load lasts, so no config meets a latency SLO there on one "
+            "engine; measure configs built for more throughput at this rate")
+
+
+def _curve_notes(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[str, float]
+                 ) -> list[str]:
+    """A note naming the load curve that predicts ``config`` (where one does)."""
+    curves = ctx.load_curves
+    curve = None if curves is None else curves.curve(config, features)
+    if curves is None or curve is None:
+        return []
+    rate = features.get(curves.roles.rate)
+    where = "seen in" if curve.seen else "borrowed from other configs; not reached in"
+    return [f"predicted from this config's measured load curve: capacity about "
+            f"{curve.capacity:.0f} req/s offered ({where} its measurements at "
+            f"{', '.join(f'{r:g}' for r in curve.rates)} req/s)"
+            + (f", utilisation {rate / curve.capacity:.0%} at {rate:g} req/s" if rate else "")]
+
+
+def _without_predicted_failures(store: TrialStore, ctx: ContextModels,
+                                configs: list[dict[str, Any]], features: Mapping[str, float],
+                                nearest: WorkloadPoint, cache_dir: Path | None
+                                ) -> tuple[list[dict[str, Any]], list[str]]:
+    """``configs`` less those the target's failure model predicts to fail to start on the
+    context's hardware at the asked workload, and a note saying how many went; unchanged (and
+    no note) where the model has too little data to skip anything there."""
+    model = failure_model(store, ctx.key.target, cache_dir=cache_dir)
+    hardware = model.hardware.get(ctx.key.hardware_key)
+    if not configs or hardware is None or model.trusted_on(ctx.key.hardware_key) is not None:
+        return configs, []
+    workload = {**start_workload_features(nearest.spec),
+                **{k: v for k, v in features.items() if k != "rate_rps"}}
+    facts = StartFacts(workload, ctx.key.model, hardware, ctx.key.engine_version)
+    p = model.predict(configs, facts)
+    kept = [c for c, pi in zip(configs, p, strict=True) if pi < model.threshold]
+    if len(kept) == len(configs):
+        return configs, []
+    return kept, [f"dropped {len(configs) - len(kept)} of {len(configs)} candidate configs that "
+                  f"the failure model predicts to fail to start (p >= {model.threshold:g}; "
+                  f"fitted on {model.starts} stored {ctx.key.target} starts, "
+                  f"{model.failures} failed)"]
+
+
 def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
                           rec: ModelRecommendation, *, features: Mapping[str, float],
                           nearest: WorkloadPoint, needed: list[str], distance: float,
@@ -755,7 +845,7 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     (advisor/baseline.py). The default must meet the SLO as any candidate must (its conservative
     bound), and where it was measured at this workload its measured mean must meet it too. When
     it does and ``rec``'s config is not better beyond the noise, the answer is the default."""
-    default = _space(rec.target).default_config()
+    default = _default_as_measured(_space(rec.target).default_config(), ctx)
     slo, objective = rec.slo, rec.objective
     pred = ctx.predict([default], features, needed)
     conservative = _conservative_margins(slo, pred, 0, rec.quality_headroom)

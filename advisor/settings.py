@@ -59,7 +59,7 @@ class Settings(BaseSettings):
                     "this many times each, interleaved, and store their paired comparison "
                     "(0: off; otherwise at least 3, the fewest a comparison is claimed from)")
     import_shipped: bool = Field(
-        default=True, description="import the shipped knowledge (knowledge/data/*.jsonl) into the "
+        default=True, description="import the shipped knowledge (knowledge/data) into the "
                                   "store when the CLI opens it, once per file content")
 
     # REST service (`advisor serve`) -----------------------------------------------------------

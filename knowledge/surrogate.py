@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.load_curve import LoadCurves, load_roles
 from knowledge.models import TrialRecord
 from knowledge.work_cost import CostLaw, WorkCost
 
@@ -29,6 +30,7 @@ __all__ = [
     "DEFAULT_FAMILY",
     "FAMILIES",
     "GROUP_BY",
+    "SCORE_ON",
     "ContextKey",
     "ContextModels",
     "FeatureEncoder",
@@ -41,6 +43,7 @@ __all__ = [
     "cross_validate",
     "derived_features",
     "fit_context",
+    "fit_load_curves",
     "instance_groups",
     "metric_transform",
     "noise_floor",
@@ -930,6 +933,9 @@ class ContextModels:
     trial_studies: list[str] = field(default_factory=list)  # study name per trial
     X_: np.ndarray | None = None  # the encoded training rows, for nearest-evidence search
     failed_configs: list[dict[str, Any]] = field(default_factory=list)
+    #: Measured configs' load curves (knowledge/load_curve.py): where a config has one at the
+    #: asked workload, its curve answers for the metrics it models instead of the surrogate.
+    load_curves: LoadCurves | None = None
 
     def predict(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
                 metrics: Iterable[str] | None = None
@@ -944,7 +950,13 @@ class ContextModels:
             c, lo, hi = mm.fitted().predict_interval(X)
             out[name] = (_inverse(mm.transform, c), _inverse(mm.transform, lo),
                          _inverse(mm.transform, hi))
-        return out
+        return _with_curves(getattr(self, "load_curves", None), configs, workload, out)
+
+    def curve_of(self, config: Mapping[str, Any], workload: Mapping[str, float]
+                 ) -> Any | None:
+        """The load curve of ``config`` at ``workload`` (any rate), or None."""
+        curves = getattr(self, "load_curves", None)
+        return None if curves is None else curves.curve(config, workload)
 
     @property
     def n_trials(self) -> int:
@@ -957,6 +969,40 @@ class ContextModels:
                 lo, hi = ranges.get(f, (v, v))
                 ranges[f] = (min(lo, v), max(hi, v))
         return ranges
+
+
+def _with_curves(curves: LoadCurves | None, configs: Sequence[Mapping[str, Any]],
+                 workload: Mapping[str, float],
+                 out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``out`` with each config's load-curve prediction in place of the surrogate's, for the
+    metrics its curve models (measured configs only: the others keep the surrogate's)."""
+    if curves is None:
+        return out
+    for name, (c, lo, hi) in out.items():
+        for i, config in enumerate(configs):
+            p = curves.predict(config, workload, name)
+            if p is not None:
+                c[i], lo[i], hi[i] = p
+    return out
+
+
+def fit_load_curves(trials: Sequence[TrialRecord]) -> LoadCurves | None:
+    """The load curves of a context's measured configs, or None where its names declare no
+    offered rate and served rate (:func:`knowledge.load_curve.load_roles`) or no config was
+    measured at two rates."""
+    wl = [workload_features(t.workload_spec) for t in trials]
+    values: dict[str, list[float]] = {}
+    for t in trials:
+        for m, v in t.metrics.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                values.setdefault(m, []).append(float(v))
+    roles = load_roles(values, sorted({f for w in wl for f in w}))
+    if roles is None:
+        return None
+    curves = LoadCurves(roles=roles).fit([t.config for t in trials], wl,
+                                         [t.metrics for t in trials])
+    return curves if curves.curves_ and curves.half_width_ else None
 
 
 def _usable(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
@@ -1009,10 +1055,13 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
 def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                 score: bool = True, folds: int = 5, failed: Sequence[TrialRecord] = (),
                 study_names: Mapping[int, str] | None = None,
-                metrics: Iterable[str] | None = None) -> ContextModels:
+                metrics: Iterable[str] | None = None, load_curves: bool = True
+                ) -> ContextModels:
     """Fit one model per metric on the complete trials of one context.
 
     ``metrics`` limits the models to those metrics (the audit needs only the SLO's).
+    ``load_curves``: also fit the measured configs' load curves (:func:`fit_load_curves`),
+    which then answer for their configs.
     With ``score`` the models are also cross-validated (grouped by config, ``folds`` folds) and
     each :class:`MetricModel` carries its :class:`MetricScore`.
     """
@@ -1042,11 +1091,15 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
         fit_seconds=time.perf_counter() - started,
         failed_configs=[dict(t.config) for t in failed],
         trial_studies=[(study_names or {}).get(t.study_id, "") for t in usable],
-        X_=encoder.transform([t.config for t in usable], wl))
+        X_=encoder.transform([t.config for t in usable], wl),
+        load_curves=fit_load_curves(usable) if load_curves else None)
 
 
 #: How :func:`cross_validate` can group what it holds out together.
 GROUP_BY = ("config", "instance", "workload")
+#: What :func:`cross_validate` scores a prediction against: each ``trial``'s measurement, or
+#: the ``median`` of the repeats of one config at one workload (one score per such group).
+SCORE_ON = ("trial", "median")
 
 
 def instance_groups(trials: Sequence[TrialRecord]) -> list[str]:
@@ -1074,7 +1127,8 @@ def instance_groups(trials: Sequence[TrialRecord]) -> list[str]:
 
 def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: str = DEFAULT_FAMILY,
                    folds: int = 5, metrics: Iterable[str] | None = None,
-                   group_by: str = "config") -> dict[str, MetricScore]:
+                   group_by: str = "config", load_curves: bool = True,
+                   score_on: str = "trial") -> dict[str, MetricScore]:
     """Held-out error per metric: GroupKFold over distinct configs, so repeated measurements
     of one config (and its measurements at other rates) never sit on both sides of a split.
     ``group_by="instance"`` holds out whole engine instances with their configs
@@ -1084,6 +1138,11 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
 
     MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
     the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
+    With ``load_curves`` each fold also fits the load curves of its training trials, which
+    answer for the held-out trials of configs they cover (a held-out rate of a measured config;
+    never a held-out config). ``score_on="median"`` scores one error per held-out (config,
+    workload): against the median of its repeats, which a single measurement's repeat noise
+    does not move (coverage still counts every trial).
     """
     from sklearn.model_selection import GroupKFold
 
@@ -1093,9 +1152,13 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     out: dict[str, MetricScore] = {}
     if group_by not in GROUP_BY:
         raise ValueError(f"`group_by` must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
+    if score_on not in SCORE_ON:
+        raise ValueError(f"`score_on` must be one of {', '.join(SCORE_ON)}, got {score_on!r}")
     # One group label per usable trial (None: _xy's config groups).
     trial_groups = (instance_groups(usable) if group_by == "instance"
                     else [t.workload_hash for t in usable] if group_by == "workload" else None)
+    # One fit of the load curves per distinct training set (every metric's folds share them).
+    curves_of: dict[tuple[int, ...], LoadCurves | None] = {}
     for metric in metrics if metrics is not None else _metric_names(usable):
         X, y, groups, idx = _xy(usable, encoder, metric)
         if trial_groups is not None:
@@ -1114,9 +1177,32 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
             reg = IntervalRegressor(family=family, cost_law=law).fit(X[train], z[train],
                                                                       groups[train])
             c, lo, hi = reg.predict_interval(X[test])
+            held = [usable[i] for i in idx[test]]
+            if load_curves and (curves := curves_of.get(tuple(idx[train]))) is None:
+                curves = curves_of[tuple(idx[train])] = fit_load_curves(
+                    [usable[i] for i in idx[train]])
+            if load_curves and curves is not None:
+                value = _inverse(kind, c)
+                low, high = _inverse(kind, lo), _inverse(kind, hi)
+                for j, t in enumerate(held):
+                    p = curves.predict(t.config, workload_features(t.workload_spec), metric)
+                    if p is not None:
+                        value[j], low[j], high[j] = p
+                c, lo, hi = (_forward(kind, np.maximum(a, 1e-300) if kind == "log" else a)
+                             for a in (value, low, high))
             pred = _inverse(kind, c)
-            errors.extend((np.abs(pred - y[test]) / np.maximum(np.abs(y[test]), 1e-12)).tolist())
-            inside.extend(((z[test] >= lo) & (z[test] <= hi)).tolist())
+            inside.extend(((z[test] >= lo - 1e-9) & (z[test] <= hi + 1e-9)).tolist())
+            if score_on == "trial":
+                errors.extend((np.abs(pred - y[test])
+                               / np.maximum(np.abs(y[test]), 1e-12)).tolist())
+                continue
+            by_group: dict[tuple[str, str], list[int]] = {}
+            for j, t in enumerate(held):
+                by_group.setdefault((t.config_hash, t.workload_hash), []).append(j)
+            for rows in by_group.values():
+                truth = float(np.median(y[test][rows]))
+                errors.append(abs(float(np.mean(pred[rows])) - truth)
+                              / max(abs(truth), 1e-12))
         floor, floor_n = noise_floor(usable, metric)
         out[metric] = MetricScore(metric, len(y), n_groups, float(np.mean(errors)),
                                   float(np.mean(inside)), k, floor, floor_n)

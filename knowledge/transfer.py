@@ -9,6 +9,7 @@ evidence for recommendations but cannot be resumed.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -31,10 +32,14 @@ from knowledge.store import TrialFilter, TrialStore
 from knowledge.validity import is_usable
 
 __all__ = ["FORMAT", "SHIPPED_DIR", "ImportSummary", "export_jsonl", "import_jsonl",
-           "import_shipped_knowledge"]
+           "import_shipped_knowledge", "read_trials_text", "shipped_file", "shipped_files",
+           "trials_file_name"]
 
 FORMAT = "slo-advisor-trial/1"
 SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+#: A trials file is JSONL, or JSONL compressed with gzip (how the shipped knowledge is kept: a
+#: tenth of the size, so a checkout stays small enough to travel to a device machine whole).
+GZIP_SUFFIX = ".gz"
 _STUDY_SKIP = {"id"}
 _TRIAL_SKIP = {"id", "study_id"}
 
@@ -169,6 +174,39 @@ def _get_or_create_study(s: Session, data: dict[str, Any], source: str) -> Study
     return study
 
 
+def trials_file_name(path: Path) -> str:
+    """The name a trials file is known by: its file name without a gzip suffix, so a file
+    imported as JSONL and later shipped compressed is one source, not two."""
+    return path.name.removesuffix(GZIP_SUFFIX)
+
+
+def read_trials_text(path: Path) -> str:
+    """The JSONL text of a trials file, decompressed when its name ends in ``.gz``."""
+    try:
+        if path.name.endswith(GZIP_SUFFIX):
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return f.read()
+        return path.read_text()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # BadGzipFile is an OSError
+        raise StoreError(f"{path}: cannot read trials: {exc}") from None
+
+
+def shipped_files(directory: Path = SHIPPED_DIR, pattern: str = "*") -> list[Path]:
+    """The trials files in ``directory`` whose name (without ``.gz``) matches ``pattern`` +
+    ``.jsonl``, sorted by that name."""
+    found = [*directory.glob(f"{pattern}.jsonl"), *directory.glob(f"{pattern}.jsonl{GZIP_SUFFIX}")]
+    return sorted(found, key=trials_file_name)
+
+
+def shipped_file(name: str, directory: Path = SHIPPED_DIR) -> Path:
+    """The shipped trials file called ``name`` (``x.jsonl``), compressed or not."""
+    for path in (directory / name, directory / (name + GZIP_SUFFIX)):
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"no shipped trials file {name} (or {name}{GZIP_SUFFIX}) in "
+                            f"{directory}")
+
+
 def import_file(store: TrialStore, path: Path) -> ImportSummary | None:
     """Import ``path`` unless a file with the same content was imported before (None then).
 
@@ -176,13 +214,14 @@ def import_file(store: TrialStore, path: Path) -> ImportSummary | None:
     knowledge): the file's trials and its import record are one transaction, and the process
     that finds the record written by another in the meantime returns None.
     """
-    text = path.read_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    text = read_trials_text(path)
+    digest = hashlib.sha256(text.encode()).hexdigest()  # of the JSONL, compressed or not
     if _imported(store, digest):
         return None
+    name = trials_file_name(path)
     try:
-        return import_jsonl(store, text.splitlines(), source=path.name,
-                            record=ImportRecord(source=path.name, sha256=digest))
+        return import_jsonl(store, text.splitlines(), source=name,
+                            record=ImportRecord(source=name, sha256=digest))
     except StoreConflictError:
         if _imported(store, digest):  # another process imported the same content just now
             return None
@@ -196,10 +235,11 @@ def _imported(store: TrialStore, digest: str) -> bool:
 
 def import_shipped_knowledge(store: TrialStore, directory: Path = SHIPPED_DIR
                              ) -> dict[str, ImportSummary]:
-    """Import every shipped ``*.jsonl`` not yet imported into ``store`` (cheap when done)."""
+    """Import every shipped ``*.jsonl`` (or ``*.jsonl.gz``) not yet imported into ``store``
+    (cheap when done)."""
     done: dict[str, ImportSummary] = {}
-    for path in sorted(directory.glob("*.jsonl")):
+    for path in shipped_files(directory):
         summary = import_file(store, path)
         if summary is not None:
-            done[path.name] = summary
+            done[trials_file_name(path)] = summary
     return done

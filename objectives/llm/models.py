@@ -2,6 +2,8 @@
 
 Serving speed depends on a model's architecture, not its weights: compute, memory traffic and KV
 cache use are those of the real shape (vLLM and TensorRT-LLM call this ``load_format="dummy"``).
+Besides the named shapes below, any dense Llama/Mistral/Qwen2 decoder is a shape under its
+canonical name (:mod:`objectives.llm.shapes`, e.g. from ``advisor tune --model-config``).
 A model directory holds the real ``config.json`` of the shape and an offline word-level tokenizer
 whose vocabulary covers every id the model can emit (id i <-> the word ``t<i>``; 0-2 special), so
 prompts of exact token lengths round-trip and no hub is ever contacted.
@@ -28,7 +30,30 @@ _LLAMA_BASE: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
-MODEL_SHAPES: dict[str, dict[str, Any]] = {
+
+
+class _ShapeTable(dict[str, dict[str, Any]]):
+    """The named shapes (what iterating, ``keys()`` and ``--help`` list) that also answers, for
+    ``in`` and ``[]``, the canonical name of any supported dense decoder
+    (:func:`objectives.llm.shapes.config_from_name`): such a name spells out its shape, so every
+    engine that resolves shapes here accepts a custom shape with no registry to share."""
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        from objectives.llm.shapes import is_canonical_name
+
+        return isinstance(name, str) and is_canonical_name(name)
+
+    def __missing__(self, name: str) -> dict[str, Any]:
+        from objectives.llm.shapes import config_from_name, is_canonical_name
+
+        if not is_canonical_name(name):
+            raise KeyError(name)
+        return config_from_name(name)
+
+
+MODEL_SHAPES: dict[str, dict[str, Any]] = _ShapeTable({
     # For CPU tests: the same architecture, small enough to run on 2 cores.
     "tiny-llama": {**_LLAMA_BASE, "hidden_size": 64, "intermediate_size": 128,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -49,16 +74,17 @@ MODEL_SHAPES: dict[str, dict[str, Any]] = {
                    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                    "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 8192,
                    "rope_theta": 500000.0, "tie_word_embeddings": False},
-}
+})
 
 
 def model_config(shape: str) -> dict[str, Any]:
-    """The ``config.json`` contents of a named shape."""
+    """The ``config.json`` contents of a named shape or of a canonical shape name."""
     try:
         return dict(MODEL_SHAPES[shape])
     except KeyError:
         raise WorkloadError(f"unknown model shape {shape!r}; known shapes: "
-                            f"{', '.join(sorted(MODEL_SHAPES))}, or give a local model path"
+                            f"{', '.join(sorted(MODEL_SHAPES))}, a canonical shape name "
+                            "(advisor tune --model-config prints it), or a local model path"
                             ) from None
 
 
@@ -66,7 +92,8 @@ def parameter_count(config: Mapping[str, Any]) -> int:
     """The number of weights of a dense Llama-style decoder with this ``config.json``: the token
     embedding, per layer the attention projections (q, k, v, o; grouped-query k/v), the gated MLP
     (gate, up, down) and two RMS norms, the final norm, and the output matrix unless it is tied
-    to the embedding. Biases are counted where the config turns them on.
+    to the embedding. Biases are counted where the config turns them on (Llama's
+    ``attention_bias``: q, k, v and o; Qwen2 always has q, k and v biases, none on o).
 
     meta-llama/Llama-3.2-1B: 1,235,814,400; Meta-Llama-3-8B: 8,030,261,248 (as published).
     """
@@ -79,6 +106,8 @@ def parameter_count(config: Mapping[str, Any]) -> int:
     attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
     if config.get("attention_bias"):
         attention += q_out + 2 * kv_out + hidden
+    elif config.get("model_type") == "qwen2":
+        attention += q_out + 2 * kv_out
     mlp = 3 * hidden * inter + ((2 * inter + hidden) if config.get("mlp_bias") else 0)
     per_layer = attention + mlp + 2 * hidden
     output = 0 if config.get("tie_word_embeddings", False) else vocab * hidden

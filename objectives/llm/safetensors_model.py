@@ -1,10 +1,13 @@
-"""Random-weight ``model.safetensors`` files for the named llama shapes, for engines that have no
+"""Random-weight ``model.safetensors`` files for the llama-layout shapes (Llama, Mistral, Qwen2:
+the named ones and any canonical custom shape), for engines that have no
 dummy-weight loader (text-generation-inference reads weights from the model directory only).
 
 Serving speed depends on the architecture, not on the weights' values (see
 :mod:`objectives.llm.models`), so the tensors hold seeded normal noise of the shape's
-``initializer_range`` (norms are ones), under the Hugging Face Llama parameter names that
-``LlamaForCausalLM`` and TGI's ``flash_llama`` load. The file is written without torch or the
+``initializer_range`` (norms are ones), under the Hugging Face parameter names that
+``LlamaForCausalLM`` / ``MistralForCausalLM`` / ``Qwen2ForCausalLM`` and TGI's ``flash_llama``,
+``flash_mistral`` and ``flash_qwen2`` load (the three share one layout; biases where the config
+has them). The file is written without torch or the
 ``safetensors`` package: the format is an 8-byte little-endian header length, a JSON header of
 ``{name: {dtype, shape, data_offsets}}`` and the raw little-endian tensor bytes, which lets the
 data be generated and written one row block at a time (an 8B shape is 16 GB of bf16).
@@ -24,7 +27,8 @@ import numpy as np
 
 from advisor.errors import WorkloadError
 
-__all__ = ["SAFETENSORS_DTYPES", "TensorSpec", "llama_tensor_specs", "write_random_safetensors"]
+__all__ = ["LLAMA_LAYOUT", "SAFETENSORS_DTYPES", "TensorSpec", "llama_tensor_specs",
+           "write_random_safetensors"]
 
 #: config.json ``torch_dtype`` -> (safetensors dtype name, bytes per element).
 SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
@@ -47,31 +51,46 @@ class TensorSpec:
         return int(np.prod(self.shape))
 
 
+#: model_types that share the Llama tensor layout.
+LLAMA_LAYOUT = ("llama", "mistral", "qwen2")
+
+
 def llama_tensor_specs(config: Mapping[str, Any]) -> list[TensorSpec]:
-    """The parameters of a ``LlamaForCausalLM`` with ``config`` (its ``config.json``), in file
-    order; ``lm_head.weight`` only when the embeddings are not tied. Raises
-    :class:`WorkloadError` for another architecture."""
-    if config.get("model_type") != "llama":
-        raise WorkloadError(f"random safetensors weights are written for llama shapes only, got "
-                            f"model_type {config.get('model_type')!r}")
+    """The parameters of a Llama-layout model (``LlamaForCausalLM``, ``MistralForCausalLM``,
+    ``Qwen2ForCausalLM``) with ``config`` (its ``config.json``), in file order; ``lm_head.weight``
+    only when the embeddings are not tied; biases where the config has them (Llama's
+    ``attention_bias``/``mlp_bias``, Qwen2's q/k/v biases). Raises :class:`WorkloadError` for
+    another architecture."""
+    model_type = config.get("model_type")
+    if model_type not in LLAMA_LAYOUT:
+        raise WorkloadError(f"random safetensors weights are written for llama shapes only (the "
+                            f"llama layout: model_type {', '.join(LLAMA_LAYOUT)}), got "
+                            f"model_type {model_type!r}")
     hidden, vocab = int(config["hidden_size"]), int(config["vocab_size"])
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
     head_dim = int(config.get("head_dim") or hidden // heads)
     inter = int(config["intermediate_size"])
+    qkv_bias = bool(config.get("attention_bias")) or model_type == "qwen2"
+    o_bias = bool(config.get("attention_bias"))
+    mlp_bias = bool(config.get("mlp_bias"))
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
     specs = [TensorSpec("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(int(config["num_hidden_layers"])):
         p = f"model.layers.{i}"
-        specs += [
-            TensorSpec(f"{p}.input_layernorm.weight", (hidden,), norm=True),
-            TensorSpec(f"{p}.self_attn.q_proj.weight", (heads * head_dim, hidden)),
-            TensorSpec(f"{p}.self_attn.k_proj.weight", (kv_heads * head_dim, hidden)),
-            TensorSpec(f"{p}.self_attn.v_proj.weight", (kv_heads * head_dim, hidden)),
-            TensorSpec(f"{p}.self_attn.o_proj.weight", (hidden, heads * head_dim)),
-            TensorSpec(f"{p}.post_attention_layernorm.weight", (hidden,), norm=True),
-            TensorSpec(f"{p}.mlp.gate_proj.weight", (inter, hidden)),
-            TensorSpec(f"{p}.mlp.up_proj.weight", (inter, hidden)),
-            TensorSpec(f"{p}.mlp.down_proj.weight", (hidden, inter)),
-        ]
+        specs.append(TensorSpec(f"{p}.input_layernorm.weight", (hidden,), norm=True))
+        for proj, rows in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+            specs.append(TensorSpec(f"{p}.self_attn.{proj}.weight", (rows, hidden)))
+            if qkv_bias:
+                specs.append(TensorSpec(f"{p}.self_attn.{proj}.bias", (rows,)))
+        specs.append(TensorSpec(f"{p}.self_attn.o_proj.weight", (hidden, q_out)))
+        if o_bias:
+            specs.append(TensorSpec(f"{p}.self_attn.o_proj.bias", (hidden,)))
+        specs.append(TensorSpec(f"{p}.post_attention_layernorm.weight", (hidden,), norm=True))
+        for proj, shape in (("gate_proj", (inter, hidden)), ("up_proj", (inter, hidden)),
+                            ("down_proj", (hidden, inter))):
+            specs.append(TensorSpec(f"{p}.mlp.{proj}.weight", shape))
+            if mlp_bias:
+                specs.append(TensorSpec(f"{p}.mlp.{proj}.bias", (shape[0],)))
     specs.append(TensorSpec("model.norm.weight", (hidden,), norm=True))
     if not config.get("tie_word_embeddings", False):
         specs.append(TensorSpec("lm_head.weight", (vocab, hidden)))
@@ -116,8 +135,8 @@ def _write_tensor(out: BinaryIO, spec: TensorSpec, dtype: str, std: float,
 
 
 def write_random_safetensors(path: Path, config: Mapping[str, Any]) -> Path:
-    """Write the random weights of the llama ``config`` to ``path`` once (atomically; an existing
-    file is kept) and return ``path``. The dtype is the config's ``torch_dtype``."""
+    """Write the random weights of the llama-layout ``config`` to ``path`` once (atomically; an
+    existing file is kept) and return ``path``. The dtype is the config's ``torch_dtype``."""
     path = Path(path)
     if path.is_file():
         return path

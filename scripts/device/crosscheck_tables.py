@@ -26,10 +26,11 @@ from typing import Any
 
 from advisor.crosscheck import GOAL_METRICS, CrosscheckReport, Measured, compare_row
 from advisor.paired import PairedComparisonError, Repeat, compare
+from knowledge.transfer import read_trials_text
 from objectives.llm.validity import rejudge
 
 DEFAULT_DIR = Path("docs/benchmarks/h200-crosscheck-2026-12-01")
-DEFAULT_TRIALS = Path("knowledge/data/h200-vllm-crosscheck-2026-12-01.jsonl")
+DEFAULT_TRIALS = Path("knowledge/data/h200-vllm-crosscheck-2026-12-01.jsonl.gz")
 
 
 def measurements(path: Path) -> list[dict[str, Any]]:
@@ -203,7 +204,7 @@ def rounds_table(ms: Sequence[Mapping[str, Any]], title: str) -> list[str]:
 def sessions_in(trials: Path) -> dict[str, str]:
     """Study-name prefix -> crosscheck session, from the stored trials."""
     out: dict[str, str] = {}
-    for raw in trials.read_text().splitlines():
+    for raw in read_trials_text(trials).splitlines():
         line = json.loads(raw)
         cc = line["trial"]["details"].get("crosscheck") or {}
         if cc:

@@ -1,7 +1,7 @@
 """Draw docs/rag/*.svg from measured rag trials (a JSONL export, e.g. the shipped H200 set, and/or
 a trial store): TTFT p95 against prefetch_ratio, and each trial's stage budget.
 
-    python scripts/knowledge/rag_figures.py knowledge/data/h200-rag-2026-11-30.jsonl \
+    python scripts/knowledge/rag_figures.py knowledge/data/h200-rag-2026-11-30.jsonl.gz \
         --db sqlite:///PATH/advisor.db --out docs/rag
 """
 
@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from knowledge.render import svg_plot
+from knowledge.transfer import read_trials_text
 
 
 def _trials(jsonl: list[Path], db: str | None) -> dict[str, list[dict[str, Any]]]:
     sets: dict[str, list[dict[str, Any]]] = {}
     for path in jsonl:
-        rows = [json.loads(line)["trial"] for line in path.read_text().splitlines() if line]
+        rows = [json.loads(line)["trial"] for line in read_trials_text(path).splitlines() if line]
         sets[path.stem] = [t for t in rows if t["target"] == "rag" and t["status"] == "complete"]
     if db:
         from knowledge import TrialFilter, TrialStore

@@ -4,16 +4,15 @@ names the stage that dominates its latency budget with that budget's per-stage f
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from advisor.cheatsheet import build_cheatsheet
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
-from knowledge.transfer import SHIPPED_DIR, import_file
+from knowledge.transfer import import_file, read_trials_text, shipped_file
 
-SHIPPED = Path(SHIPPED_DIR) / "h200-rag-2026-11-30.jsonl"
+SHIPPED = shipped_file("h200-rag-2026-11-30.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def test_rag_rows_name_the_dominant_stage(store: TrialStore) -> None:
                              models=KnowledgeModels.fit(store, target="rag", score=False))
     assert sheet.rows and {r.tier.name for r in sheet.rows} == {
         "interactive", "standard", "throughput"}
-    trials = [json.loads(line)["trial"] for line in SHIPPED.read_text().splitlines()]
+    trials = [json.loads(line)["trial"] for line in read_trials_text(SHIPPED).splitlines()]
     measured = [t for t in trials if t["status"] == "complete"]
     for row in sheet.rows:
         assert "recall_at_5" in row.tier.slo

@@ -141,9 +141,9 @@ def test_recommend_fits_on_demand_without_models(tmp_path: Path) -> None:
 
 
 def _shipped_faiss_files() -> list[Path]:
-    from knowledge.transfer import SHIPPED_DIR
+    from knowledge.transfer import shipped_files
 
-    return sorted(SHIPPED_DIR.glob("cpu-faiss-*.jsonl"))
+    return shipped_files(pattern="cpu-faiss-*")
 
 
 @pytest.fixture(scope="module", params=_shipped_faiss_files() or [None],

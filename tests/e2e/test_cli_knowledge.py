@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledge.transfer import SHIPPED_DIR
+from knowledge.transfer import shipped_files
 
 
 def advisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -103,4 +103,4 @@ def test_cheatsheet_renders_from_shipped_data(env: dict[str, str], tmp_path: Pat
 
 
 def test_shipped_data_is_present() -> None:
-    assert any(SHIPPED_DIR.glob("h200-vllm-*.jsonl"))
+    assert shipped_files(pattern="h200-vllm-*")

@@ -122,7 +122,7 @@ def test_two_processes_opening_a_fresh_store_import_the_shipped_knowledge_once(
 
     from knowledge.cache import content_key
     from knowledge.models import ImportRecord
-    from knowledge.transfer import SHIPPED_DIR
+    from knowledge.transfer import shipped_files, trials_file_name
 
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(2), ctx.Queue()
@@ -134,7 +134,7 @@ def test_two_processes_opening_a_fresh_store_import_the_shipped_knowledge_once(
     for p in procs:
         p.join(timeout=30)
     assert [kind for kind, _ in outcomes] == ["ok", "ok"], outcomes
-    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
+    shipped = sorted(trials_file_name(p) for p in shipped_files())
     imported_by = sorted(name for _, names in outcomes for name in names)
     assert imported_by == shipped, "each file imported by exactly one of the two"
     store = TrialStore(db_url)
@@ -144,3 +144,36 @@ def test_two_processes_opening_a_fresh_store_import_the_shipped_knowledge_once(
     assert len(store.list_trials()) == sum(r.trials for r in records)
     assert content_key(store) is not None  # exactly its imports: it shares the shipped fit
     store.close()
+
+
+def test_a_compressed_file_is_the_same_source_as_its_jsonl(source: TrialStore,
+                                                           tmp_path: Path) -> None:
+    """The shipped knowledge is kept gzip-compressed: a ``.jsonl.gz`` imports like its JSONL,
+    under the same name, and a store that imported the JSONL does not import it again."""
+    import gzip
+
+    from knowledge.transfer import read_trials_text, shipped_files, trials_file_name
+
+    text = "\n".join(_export(source)) + "\n"
+    plain, packed = tmp_path / "plain" / "t.jsonl", tmp_path / "packed" / "t.jsonl.gz"
+    plain.parent.mkdir(), packed.parent.mkdir()
+    plain.write_text(text)
+    with gzip.open(packed, "wt", encoding="utf-8") as f:
+        f.write(text)
+    assert read_trials_text(packed) == text
+    assert [trials_file_name(p) for p in shipped_files(packed.parent)] == ["t.jsonl"]
+    fresh = TrialStore(f"sqlite:///{tmp_path / 'a.db'}")
+    assert list(import_shipped_knowledge(fresh, packed.parent)) == ["t.jsonl"]
+    assert len(fresh.list_trials()) == 4
+    assert import_file(fresh, plain) is None  # same content: already imported
+    other = TrialStore(f"sqlite:///{tmp_path / 'b.db'}")
+    summary = import_file(other, plain)
+    assert summary is not None and summary.trials_imported == 4
+    assert import_file(other, packed) is None
+
+
+def test_a_corrupt_compressed_file_is_one_clear_error(store: TrialStore, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(StoreError, match=r"bad\.jsonl\.gz: cannot read trials"):
+        import_file(store, bad)

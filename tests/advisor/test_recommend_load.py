@@ -1,0 +1,68 @@
+"""The recommender on the shipped H200 vLLM knowledge, answered through the load curves: inside
+the measured region a config with predicted metrics whose conservative bounds meet the SLO
+(the engine default among the candidates); above every measured capacity, not covered with
+the dimension named and a tune command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.recommend import ModelRecommendation, RecommendationQuery, recommend
+from knowledge import TrialStore
+from knowledge.cache import KnowledgeModels
+
+SLO = "ttft_p95_ms<=300,tpot_p95_ms<=40"
+H200 = tuple[TrialStore, KnowledgeModels]
+
+
+def _shipped() -> Path:
+    from knowledge.transfer import shipped_file
+
+    return shipped_file("h200-vllm-crosscheck-2026-12-01.jsonl")  # it ships: missing fails
+
+
+@pytest.fixture(scope="module")
+def h200(tmp_path_factory: pytest.TempPathFactory) -> H200:
+    path = _shipped()
+    from knowledge.transfer import import_file
+
+    store = TrialStore(f"sqlite:///{tmp_path_factory.mktemp('h200') / 'k.db'}")
+    import_file(store, path)
+    return store, KnowledgeModels.fit(store, target="vllm", score=False)
+
+
+def ask(h200: H200, model: str, rate: float) -> ModelRecommendation:
+    store, models = h200
+    return recommend(store, RecommendationQuery(
+        target="vllm", slo=SLO, hardware="h200", model=model, workload={"rate_rps": rate}),
+        models=models, drop_predicted_failures=False)
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "llama-3.2-1b"])
+def test_inside_the_measured_region_a_config_is_recommended(h200: H200, model: str) -> None:
+    rec = ask(h200, model, 50.0)
+    assert rec.status == "recommended", rec.confidence_reason
+    assert rec.config is not None
+    # Its conservative bound (the interval end on the wrong side) meets every SLO bound.
+    assert all(m <= 0 for m in rec.conservative_margins.values())
+    for metric, p in rec.predicted.items():
+        assert p.low <= p.value <= p.high, metric
+    assert any("load curve" in n for n in rec.notes)
+    # The engine default was measured here and meets the SLO: it is the answer or was beaten
+    # beyond the noise.
+    assert rec.baseline is not None
+
+
+def test_above_every_capacity_is_not_covered_and_says_why(h200: H200) -> None:
+    _, models = h200
+    ctx = next(c for c in models.for_target("vllm") if c.key.model == "llama-3-8b")
+    assert ctx.load_curves is not None
+    top = max(c.capacity for c in ctx.load_curves.curves_.values() if c.seen)
+    rec = ask(h200, "llama-3-8b", round(top * 1.3))
+    assert rec.status == "not_covered"
+    assert "above the capacity of every measured config" in rec.confidence_reason
+    assert rec.tune_command and "rate_rps: " in rec.tune_command
+    # Just below the highest capacity the question is inside the region.
+    assert ask(h200, "llama-3-8b", round(top * 0.9)).status != "not_covered"

@@ -1,0 +1,134 @@
+"""Load curves (knowledge/load_curve.py): roles read from names, the fitted shape against a
+known queue, monotone predictions, calibrated intervals, and the curve answering for measured
+configs in a context's predictions."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from knowledge.load_curve import LoadCurves, LoadRoles, load_roles
+
+CAPACITY = {"a": 60.0, "b": 90.0}
+RATES = (10.0, 20.0, 30.0, 40.0, 50.0, 55.0, 70.0, 90.0, 110.0)
+
+
+def truth(config: str, rate: float) -> dict[str, float]:
+    """A server of capacity mu: served rate min(rate, mu) bent smoothly, TTFT flat then a queue
+    (rho / (1 - rho), capped) then a run's backlog past capacity; a throughput metric."""
+    mu = CAPACITY[config]
+    rho = rate / mu
+    served = 1 / ((1 / rate) ** 6 + (1 / mu) ** 6) ** (1 / 6)
+    capped = min(rho, 0.95)
+    ttft = 40.0 * (1 + 0.5 * capped / (1 - capped)) + 3000.0 * max(0.0, 1 - 1 / rho)
+    return {"requests_per_s": served, "output_tokens_per_s": 128 * served, "ttft_p95_ms": ttft,
+            "goodput_requests_per_s": served * (1.0 if rho < 1 else 0.2)}
+
+
+def rows(noise: float, seed: int = 0, rates: tuple[float, ...] = RATES
+         ) -> tuple[list[dict[str, str]], list[dict[str, float]], list[dict[str, float]]]:
+    rng = random.Random(seed)
+    configs, workloads, measured = [], [], []
+    for config in CAPACITY:
+        for rate in rates:
+            for _ in range(3):
+                configs.append({"knob": config})
+                workloads.append({"rate_rps": rate, "prompt_len": 256.0})
+                measured.append({m: v * math.exp(rng.gauss(0, noise))
+                                 for m, v in truth(config, rate).items()})
+    return configs, workloads, measured
+
+
+def roles_of(measured: list[dict[str, float]]) -> LoadRoles:
+    values = {m: [r[m] for r in measured] for m in measured[0]}
+    roles = load_roles(values, ["rate_rps", "prompt_len"])
+    assert roles is not None
+    return roles
+
+
+def test_roles_come_from_the_unit_suffixes() -> None:
+    roles = roles_of(rows(0.0)[2])
+    assert roles.rate == "rate_rps"
+    # Every completed request counts; a goodput counts only the good ones (a smaller median).
+    assert roles.served == "requests_per_s"
+    assert roles.latencies == ("ttft_p95_ms",)
+    assert set(roles.throughputs) == {"requests_per_s", "output_tokens_per_s",
+                                      "goodput_requests_per_s"}
+    assert load_roles({"p95_latency_ms": [1.0]}, ["n_vectors"]) is None
+
+
+def test_capacity_and_shape_are_recovered_without_noise() -> None:
+    configs, workloads, measured = rows(0.0)
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    # The goodput falls past capacity: no monotone curve is fitted to it.
+    assert "goodput_requests_per_s" not in curves.metrics_
+    for config, mu in CAPACITY.items():
+        curve = curves.curve({"knob": config}, {"rate_rps": 1.0, "prompt_len": 256.0})
+        assert curve is not None and curve.seen
+        assert curve.capacity == pytest.approx(mu, rel=0.1)
+        for rate in (15.0, 45.0, 100.0):  # between measured rates
+            want = truth(config, rate)
+            for m in ("ttft_p95_ms", "output_tokens_per_s"):
+                got = curves.predict({"knob": config}, {"rate_rps": rate, "prompt_len": 256.0}, m)
+                assert got is not None
+                assert got[0] == pytest.approx(want[m], rel=0.15), (config, rate, m)
+                assert got[1] <= got[0] <= got[2]
+
+
+def test_predictions_are_monotone_in_the_rate() -> None:
+    configs, workloads, measured = rows(0.15, seed=3)
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    grid = np.linspace(5, 150, 60)
+    for config in CAPACITY:
+        curve = curves.curve({"knob": config}, {"rate_rps": 1.0, "prompt_len": 256.0})
+        assert curve is not None
+        for m in curves.metrics_:
+            values = curve.predict(m, grid)
+            assert values is not None and np.all(np.diff(values) >= -1e-9 * values[1:]), m
+
+
+def test_no_curve_for_an_unmeasured_config_or_workload() -> None:
+    configs, workloads, measured = rows(0.05)
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    assert curves.predict({"knob": "c"}, {"rate_rps": 30.0, "prompt_len": 256.0},
+                          "ttft_p95_ms") is None
+    assert curves.predict({"knob": "a"}, {"rate_rps": 30.0, "prompt_len": 512.0},
+                          "ttft_p95_ms") is None
+    assert curves.predict({"knob": "a"}, {"prompt_len": 256.0}, "ttft_p95_ms") is None
+
+
+def test_intervals_cover_fresh_measurements_at_unmeasured_rates() -> None:
+    configs, workloads, measured = rows(0.1, seed=1)
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    rng = random.Random(7)
+    inside, total = 0, 0
+    for config in CAPACITY:
+        for rate in (15.0, 25.0, 35.0, 45.0, 60.0, 80.0, 100.0):
+            for _ in range(20):
+                v = truth(config, rate)["ttft_p95_ms"] * math.exp(rng.gauss(0, 0.1))
+                p = curves.predict({"knob": config}, {"rate_rps": rate, "prompt_len": 256.0},
+                                   "ttft_p95_ms")
+                assert p is not None
+                inside += p[1] <= v <= p[2]
+                total += 1
+    assert inside / total >= 0.8
+
+
+def test_a_config_with_few_rates_borrows_the_shape() -> None:
+    configs, workloads, measured = rows(0.05, seed=2)
+    # Config "b" measured at three rates only.
+    keep = [i for i, (c, w) in enumerate(zip(configs, workloads, strict=True))
+            if c["knob"] == "a" or w["rate_rps"] in (10.0, 40.0, 110.0)]
+    configs = [configs[i] for i in keep]
+    workloads = [workloads[i] for i in keep]
+    measured = [measured[i] for i in keep]
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    wl = {"rate_rps": 30.0, "prompt_len": 256.0}
+    for rate in (25.0, 60.0, 80.0):  # unmeasured rates of "b", below and past the knee
+        wl["rate_rps"] = rate
+        pb = curves.predict({"knob": "b"}, wl, "ttft_p95_ms")
+        assert pb is not None
+        assert pb[0] == pytest.approx(truth("b", rate)["ttft_p95_ms"], rel=0.25), rate
