@@ -769,11 +769,24 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
 
 
 def _default_as_measured(default: Mapping[str, Any], ctx: ContextModels) -> dict[str, Any]:
-    """The engine default as the context's trials record it: a knob no measured config sets
-    (added to the space after they were measured) was at its default in all of them, so it is
-    left out, and the default matches its own measurements (and its load curve)."""
-    seen = {k for c in ctx.configs for k in c}
-    return {k: v for k, v in default.items() if k in seen or not ctx.configs}
+    """The engine default as the context's trials record it, so it matches its own measurements
+    (and its load curve). A stored config is the default when every knob it sets has its
+    default value: a knob it lacks was added to the space after it was measured (it ran at the
+    engine's default then) or is inactive under a condition knob the config sets, which then
+    differs. Of several such forms (trials from before and after a knob was added), the one
+    with the most trials; the space's default when none was measured."""
+    def at_default(config: Mapping[str, Any]) -> bool:
+        return all(k in default and _config_key({k: v}) == _config_key({k: default[k]})
+                   for k, v in config.items())
+
+    forms: dict[str, tuple[int, dict[str, Any]]] = {}
+    for config in ctx.configs:
+        if at_default(config):
+            n, _ = forms.get(key := _config_key(config), (0, {}))
+            forms[key] = (n + 1, dict(config))
+    if not forms:
+        return dict(default)
+    return max(forms.values(), key=lambda f: f[0])[1]
 
 
 def _above_capacity(ctx: ContextModels, features: Mapping[str, float]) -> str | None:

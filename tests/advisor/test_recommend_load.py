@@ -66,3 +66,25 @@ def test_above_every_capacity_is_not_covered_and_says_why(h200: H200) -> None:
     assert rec.tune_command and "rate_rps: " in rec.tune_command
     # Just below the highest capacity the question is inside the region.
     assert ask(h200, "llama-3-8b", round(top * 0.9)).status != "not_covered"
+
+
+def test_the_default_matches_its_trials_from_before_and_after_a_knob_was_added() -> None:
+    """Trials measured before a knob existed lack it (they ran at its default); a later study
+    records it. Both are the engine default; one that sets any knob off its default is not."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from advisor.recommend import _default_as_measured
+
+    default = {"a": 1, "b": 0.5, "c": "x", "added": 1}
+    old = {"a": 1, "b": 0.5, "c": "x"}
+    new = {"a": 1, "b": 0.5, "c": "x", "added": 1}
+    other = {"a": 2, "b": 0.5, "c": "x", "added": 1}
+
+    def ctx(*configs: dict[str, Any]) -> Any:
+        return cast(Any, SimpleNamespace(configs=list(configs)))
+
+    assert _default_as_measured(default, ctx(old, old, new, other)) == old  # most trials
+    assert _default_as_measured(default, ctx(old, new, new)) == new
+    assert _default_as_measured(default, ctx(other)) == default  # never measured
+    assert _default_as_measured(default, ctx()) == default
