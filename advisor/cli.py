@@ -66,6 +66,7 @@ from advisor.recommend import (
     recommend_measured,
     trial_model,
 )
+from advisor.recommend_shape import ShapeRecommendation, extrapolate_shape, shape_answer_lines
 from advisor.samplers import MAX_STARTUP, STARTUP_TRIALS
 from advisor.settings import Settings, default_db_url
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
@@ -745,13 +746,26 @@ def _model_option(model: str | None, model_config: str | None) -> str | None:
 
 def _answer_unmeasured_shape(store: TrialStore, target: str, hardware: str | None,
                              shape: ShapeFeatures, model_config: str, slo: str,
-                             as_json: bool) -> None:
-    """``recommend --model-config`` for a shape never measured on ``hardware``: say so, name
-    the measured shapes and the tune command, exit 1. Returns when the shape was measured."""
+                             as_json: bool, objective: str | None = None,
+                             workload: dict[str, Any] | None = None) -> None:
+    """``recommend --model-config`` for a shape never measured on ``hardware``: the answer
+    carried from the shapes measured there (advisor/recommend_shape.py; exit 0 when it
+    recommends, else 1 with the reason), or, with nothing to carry, the measured shapes and the
+    tune command (exit 1). Returns when the shape was measured."""
     gap = unmeasured_shape(store, target=target, hardware=hardware, shape=shape,
                            model_config=model_config, slo=slo)
     if gap is None:
         return
+    answer = extrapolate_shape(store, gap, slo=slo, objective=objective,
+                               workload=workload or {})
+    if isinstance(answer, ShapeRecommendation):
+        if as_json:
+            print_json(out, answer.to_dict())
+        else:
+            for line in shape_answer_lines(answer):
+                out.print(escape(line), highlight=False, soft_wrap=True)
+        raise typer.Exit(0 if answer.found else 1)
+    gap = answer
     if as_json:
         print_json(out, gap.to_dict())
     else:
@@ -807,7 +821,8 @@ def recommend_cmd(
     store = _store(settings)
     workload = _workload_query(rate_rps, prompt_len, output_len, n_vectors, dim)
     if shape is not None and model_config is not None:
-        _answer_unmeasured_shape(store, target, hw, shape, model_config, slo, as_json)
+        _answer_unmeasured_shape(store, target, hw, shape, model_config, slo, as_json,
+                                 objective, workload)
     if measured:
         rec = recommend_measured(store, target=target, slo=requested_slo(slo),
                                  objective=Objective.parse(objective or tgt.default_objective),
@@ -1270,8 +1285,9 @@ def knowledge_eval_cmd(
     group_by: Annotated[str, typer.Option(
         help="Hold out whole 'config's (default: unseen configs), whole engine 'instance's "
              "(a trial with every setting its search sweep measured, and their configs' "
-             "repeats) or whole 'workload's (unseen rates / corpus sizes).",
-        **choice(GROUP_BY))] = "config",
+             "repeats), whole 'workload's (unseen rates / corpus sizes) or whole model "
+             "'shape's (LLM targets: each measured shape predicted from the others).",
+        **choice((*GROUP_BY, "shape")))] = "config",
     audit: Annotated[bool, typer.Option(
         "--audit", help="Also hold the conservative feasibility filter against held-out "
                         "measurements: the rate of configs predicted feasible but measured "
@@ -1314,6 +1330,9 @@ def knowledge_eval_cmd(
         return
     if failure_threshold is not None or failure_family != FAILURE_FAMILY:
         raise AdvisorError("--failure-threshold and --failure-family apply with --failures only")
+    if group_by == "shape":
+        _print_shape_eval(_store(), target=target, metrics=metric, as_json=as_json)
+        return
     store = _store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
@@ -1360,6 +1379,45 @@ def knowledge_eval_cmd(
                   f"({'-' if rec_rate is None else f'{rec_rate:.1%}'}); the filter kept "
                   f"{'-' if a['feasible_recall'] is None else format(a['feasible_recall'], '.0%')}"
                   f" of {a['measured_feasible']} measured-feasible pairs; {len(a['slos'])} SLOs")
+
+
+def _print_shape_eval(store: TrialStore, *, target: str | None, metrics: list[str] | None,
+                      as_json: bool) -> None:
+    """`advisor knowledge eval --group-by shape`: leave-one-shape-out errors of the shape
+    transfer (advisor/shape_eval.py), per held-out shape and candidate feature."""
+    from advisor.shape_eval import shape_rows
+
+    if target is None:
+        raise AdvisorError("--group-by shape needs --target (an LLM serving target)")
+    get_target(target)
+    rows = shape_rows(store, target=target, metrics=metrics or None)
+    if as_json:
+        print_json(out, {"group_by": "shape", "target": target, "rows": rows})
+        return
+    if not rows:
+        out.print(f"no {target} config was measured on 3 or more model shapes with one "
+                  "hardware, engine version and workload")
+        return
+    names = list(dict.fromkeys(m for r in rows for m in r["mape"]
+                               if metrics or _is_goal_metric(m)))
+    table = Table(title="leave-one-shape-out error (each shape predicted from the others; "
+                        "MAPE over its measured rates vs per-rate medians, light load in "
+                        "brackets; * = the feature the transfer chooses)")
+    for c in ("context", "config", "feature", "held out", "trained on", "capacity (pred/meas)",
+              *names):
+        table.add_column(c)
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    for r in rows:
+        table.add_row(r["context"], r["config"], r["feature"] + (" *" if r["chosen"] else ""),
+                      f"{r['shape']} ({r['position']})", " + ".join(r["trained_on"]),
+                      f"{r['capacity_predicted']:.0f}/{r['capacity_measured']:.0f} "
+                      f"({pct(r['capacity_ape'])})",
+                      *[f"{pct(r['mape'].get(m))} [{pct(r['mape_light'].get(m))}]"
+                        for m in names])
+    out.print(table)
 
 
 def _print_failure_eval(store: TrialStore, *, target: str | None, family: str,

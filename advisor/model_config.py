@@ -5,7 +5,8 @@ The config is parsed and checked once (objectives/llm/shapes.py) and turned into
 which becomes the workload's ``model``: the built-in name when the config has a built-in shape,
 else the canonical name that spells the shape out, so every trial of it is keyed alike and carries
 its features. For ``recommend``, a shape with no measurement on the asked hardware gets a precise
-answer naming the measured shapes and the ``advisor tune`` command that would measure it.
+answer naming the measured shapes and the ``advisor tune`` command that would measure it (and,
+where shapes measured there can be carried to it, a prediction: advisor/recommend_shape.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class UnmeasuredShape:
     hardware_key: str | None
     measured: dict[str, ShapeFeatures | None] = field(default_factory=dict)
     tune_command: str = ""
+    #: What else the asker can do (e.g. ask at a rate, for a prediction carried from the
+    #: measured shapes: advisor/recommend_shape.py); appended to the reason.
+    note: str = ""
 
     @property
     def reason(self) -> str:
@@ -74,7 +78,8 @@ class UnmeasuredShape:
             name if f is None else f"{name} ({_count(f.parameters)})"
             for name, f in self.measured.items()) or "none"
         return (f"no measurements of shape {self.shape.name} with {self.target} on {where}; "
-                f"measured shapes: {measured}; run: {self.tune_command}")
+                f"measured shapes: {measured}; run: {self.tune_command}"
+                + (f"; {self.note}" if self.note else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"found": False, "status": "not_covered", "basis": "none",

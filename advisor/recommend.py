@@ -802,10 +802,13 @@ def _above_capacity(ctx: ContextModels, features: Mapping[str, float]) -> str | 
     if not caps:
         return None
     top, curve = max(caps, key=lambda x: x[0])
-    if rate <= top:
+    # A rate some config was measured at lies inside the data, past its capacity or not: the
+    # curves hold the backlog measured there, and the SLO decides.
+    if rate <= top or rate <= max(max(c.rates) for _, c in caps):
         return None
     return (f"the asked rate {rate:g} req/s is above the capacity of every measured config at "
-            f"this workload (highest: about {top:.0f} req/s offered, from a config measured at "
+            "this workload, and above every rate measured there (highest capacity: about "
+            f"{top:.0f} req/s offered, from a config measured at "
             f"{', '.join(f'{r:g}' for r in curve.rates)} req/s): past capacity the queue grows "
             "for as long as the load lasts, so no config meets a latency SLO there on one "
             "engine; measure configs built for more throughput at this rate")
@@ -876,9 +879,21 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
                 <= SAME_WORKLOAD and (ctx.key.model is None
                                       or str(params.get("model")) == ctx.key.model))
 
+    # Where both configs were measured at this workload, the gain is read off the measurements
+    # (a curve fitted through each config's rates can stray a few per cent from its own
+    # repeats, more than the default's scatter); else off the models for both alike.
+    candidate_key = _config_key(rec.config or {})
+    candidate_rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == candidate_key
+                      and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
+    candidate_measured = mean_figures([ctx.measured[i] for i in candidate_rows], needed)
+    both_measured = (bool(rows) and objective.metric in measured
+                     and objective.metric in candidate_measured)
+    candidate_figures = {m: p.value for m, p in rec.predicted.items()}
+    if both_measured:
+        candidate_figures[objective.metric] = candidate_measured[objective.metric]
     verdict = decide(
         objective=objective, slo=slo, candidate_config=rec.config or {},
-        candidate_figures={m: p.value for m, p in rec.predicted.items()},
+        candidate_figures=candidate_figures,
         default_config=default, default_figures=measured if rows else predicted,
         default_meets_slo=meets,
         default_objective_values=[float(ctx.measured[i][objective.metric]) for i in rows
@@ -886,8 +901,8 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
         paired=paired_between(store, target=rec.target, hardware_key=ctx.key.hardware_key,
                               candidate=rec.config or {}, default=default,
                               same_workload=same_workload),
-        # The gain is read off the models for both configs alike (their biases cancel).
-        default_objective=predicted.get(objective.metric),
+        default_objective=measured[objective.metric] if both_measured
+        else predicted.get(objective.metric),
         default_figures_basis="measured" if rows else "predicted",
         default_source="measured at this workload" if rows else "the same models",
         default_trials=[ctx.trial_ids[i] for i in rows])

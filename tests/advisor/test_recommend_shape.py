@@ -1,0 +1,92 @@
+"""``recommend --model-config`` for a shape never measured on the H200 (advisor/recommend_shape.py):
+Qwen2.5-7B is answered from the three shipped shapes, labelled a prediction for an unmeasured
+shape with intervals widened by the held-out-shape error; Llama-3.1-70B is refused because its
+weights do not fit one H200; a rate above the predicted capacity is refused with that capacity."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowledge import TrialStore
+from knowledge.transfer import import_file, shipped_file
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "docs" / "examples" / "model-configs"
+SLO = "ttft_p95_ms<=300,tpot_p95_ms<=40"
+SHAPES = {"llama-3-8b", "llama-3.2-1b", "llama-h3072-i8192-l28-a24-kv8-v128256-ctx131072-tied"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A store holding only the shipped H200 vLLM files of the three shapes (fast to fit)."""
+    tmp = tmp_path_factory.mktemp("shape")
+    url = f"sqlite:///{tmp / 's.db'}"
+    store = TrialStore(url)
+    for name in ("h200-vllm-crosscheck-2026-12-01.jsonl", "h200-vllm-3b-2026-12-03.jsonl"):
+        import_file(store, shipped_file(name))
+    return {**os.environ, "ADVISOR_DB_URL": url, "ADVISOR_CACHE_DIR": str(tmp / "cache"),
+            "ADVISOR_IMPORT_SHIPPED": "0", "COLUMNS": "200"}
+
+
+def recommend(model: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", "recommend", "--target", "vllm", "--hardware", "h200",
+         "--model-config", str(CONFIGS / model / "config.json"), "--slo", SLO, *extra],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_qwen_7b_is_answered_as_a_labelled_prediction(env: dict[str, str]) -> None:
+    run = recommend("qwen2.5-7b", env, "--rate-rps", "30", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
+    assert answer["answer"] == "keep_defaults"  # the only config measured on three shapes
+    assert answer["shape_position"] == "interpolation"  # 7.6B lies between 1.2B and 8.0B
+    assert set(answer["measured_shapes"]) == SHAPES
+    assert answer["tune_command"].startswith("advisor tune --target vllm --model-config")
+    for metric in ("ttft_p95_ms", "tpot_p95_ms"):
+        p = answer["predicted"][metric]
+        assert p["basis"] == "predicted" and p["low"] < p["value"] < p["high"]
+    assert all(m <= 0 for m in answer["conservative_slo_margins"].values())
+    # Widened by the held-out-shape error: never narrower than the worst held-out
+    # interpolation's light-load log error of that metric.
+    inside = [h for h in answer["held_out_shapes"] if h["position"] == "interpolation"]
+    assert inside
+    ttft = answer["predicted"]["ttft_p95_ms"]
+    assert ttft["high"] / ttft["value"] >= 1.3
+    text = recommend("qwen2.5-7b", env, "--rate-rps", "30")
+    assert text.returncode == 0
+    assert "unmeasured shape" in text.stdout and "basis: extrapolation" in text.stdout
+    assert "To measure it: advisor tune" in text.stdout
+
+
+def test_llama_70b_on_one_h200_is_refused_with_the_reason(env: dict[str, str]) -> None:
+    run = recommend("llama-3.1-70b", env, "--rate-rps", "30", "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["status"] == "not_covered" and answer["basis"] == "extrapolation"
+    assert "does not fit 1x-nvidia-h200" in answer["reason"]
+    assert "141.1 GB" in answer["reason"] and "70.55B parameters" in answer["reason"]
+    assert answer["predicted"] == {}
+
+
+def test_a_rate_above_the_predicted_capacity_is_refused(env: dict[str, str]) -> None:
+    run = recommend("mistral-7b-v0.3", env, "--rate-rps", "400", "--json")
+    assert run.returncode == 1
+    answer = json.loads(run.stdout)
+    assert answer["status"] == "not_covered"
+    assert "above" in answer["reason"] and "predicted capacity" in answer["reason"]
+
+
+def test_without_a_rate_the_precise_gap_answer_stands(env: dict[str, str]) -> None:
+    run = recommend("qwen2.5-7b", env, "--json")
+    assert run.returncode == 1
+    answer = json.loads(run.stdout)
+    assert answer["basis"] == "none" and set(answer["measured_models"]) == SHAPES
+    assert "ask at a rate (--rate-rps)" in answer["reason"]
