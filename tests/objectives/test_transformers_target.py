@@ -239,9 +239,13 @@ def test_details_record_the_engine_configuration(
 
 
 def test_a_small_batch_budget_splits_prefills(workload: Workload, cache_dir: Path) -> None:
-    # Every prompt is longer than 64 tokens: a 64-token budget needs two passes to prefill it.
-    long = workload.with_params(prompt_len={"dist": "uniform", "low": 80, "high": 120},
-                                n_requests=6)
+    # Six requests sent at once (closed loop, so the arrivals do not depend on the clock) with
+    # prompts of 200-300 tokens: a 64-token budget needs at least (prompts + decodes) / 64 > 20
+    # passes, while an 8,192-token budget prefills them together and then decodes (~8 passes,
+    # a few more if the requests reach the engine in separate passes on a busy machine).
+    long = workload.with_params(prompt_len={"dist": "uniform", "low": 200, "high": 300},
+                                n_requests=6,
+                                arrival={"process": "concurrency", "concurrency": 6})
     large, _ = _run({}, long, cache_dir)
     small, records = _run({"max_batch_tokens": 64}, long, cache_dir)
     assert all(r.ok and r.output_tokens == 8 for r in records)
@@ -249,8 +253,9 @@ def test_a_small_batch_budget_splits_prefills(workload: Workload, cache_dir: Pat
     # The engine caps requests per batch by the token budget.
     assert resolved["max_batch_tokens"] == 64 and resolved["max_requests_per_batch"] == 64
     assert large.details["engine_config_resolved"]["max_batch_tokens"] == 8192
-    # Each split prefill adds a pass that emits no token (fewer than one per request can show
-    # when requests overlap, as another request's decode pass may absorb it).
+    # Each split prefill adds a pass that emits no token.
+    tokens = sum(r.prompt_len + r.output_tokens - 1 for r in records)
+    assert small.details["forward_passes"] >= tokens // 64
     assert small.details["forward_passes"] > large.details["forward_passes"]
 
 
