@@ -181,9 +181,10 @@ def _anchor(text: str) -> str:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top;text-align:left}
+td code{overflow-wrap:anywhere}
 th{background:#f2f2f2} code,pre{font-size:12px;background:#f7f7f7}
 .plots{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start} .note{color:#555;font-size:13px}
-pre{white-space:pre-wrap;max-width:420px;margin:0}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;max-width:420px;margin:0}
 svg.figure{max-width:100%;height:auto;display:block;margin:6px 0}
 .plots svg.figure{max-width:560px}
 nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.5em 1.2em;font-size:14px}
