@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import pickle
 import threading
 import time
@@ -37,6 +36,7 @@ from knowledge.failures import (
     labelled_starts,
     too_little_data,
 )
+from objectives.atomic_files import atomic_write_bytes
 from objectives.target import Target
 from objectives.workload import Workload
 
@@ -123,12 +123,8 @@ def _load(path: Path) -> _Fitted | None:
 
 
 def _save(path: Path, fitted: _Fitted) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    with tmp.open("wb") as f:
-        pickle.dump({"format": _CACHE_FORMAT, "fitted": fitted}, f,
-                    protocol=pickle.HIGHEST_PROTOCOL)
-    tmp.replace(path)
+    atomic_write_bytes(path, pickle.dumps({"format": _CACHE_FORMAT, "fitted": fitted},
+                                          protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def failure_model(store: TrialStore, target: str, *, threshold: float = DEFAULT_THRESHOLD,
