@@ -4,14 +4,14 @@ tested on data whose truth is known, in seconds."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Mapping
 from typing import Any
 
 from knowledge import StudyRecord, TrialRecord, TrialStore
 from objectives.hardware import fingerprint
-from objectives.workload import Workload, canonical_json
+from objectives.workload import Workload
+from tests.advisor.defaults_store import config_hash
 from tests.scripted_target import response
 
 #: Configs with x·y above this crash at start (the scripted space: x in [0, 1], y in [1, 64]).
@@ -23,10 +23,6 @@ MEASURED_S = 20.0
 
 def violates(config: Mapping[str, Any], limit: float = LIMIT) -> bool:
     return float(config["x"]) * int(config["y"]) > limit
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]
 
 
 def random_config(rng: random.Random) -> dict[str, Any]:
