@@ -20,13 +20,15 @@ installed with llama-cpp-python) for wrappers and other builds; the flags are ap
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,7 +45,9 @@ from objectives.llm.gguf_model import write_source_gguf
 from objectives.llm.gguf_quant import quantized_gguf, tensor_types
 from objectives.llm.models import MODEL_SHAPES, model_config
 from objectives.llm.server import (
+    ManagedServer,
     ServingWorkload,
+    free_port,
     package_versions,
     process_peak_rss_mb,
     process_tree,
@@ -100,6 +104,8 @@ FULL_LOG_CHARS = 2_000_000
 LOG_TAIL_CHARS = 4000
 #: The knob that picks the model file instead of mapping to a flag value.
 QUANT_KNOB = "quant"
+#: ``quant`` values whose weights are not quantized (nothing to repack).
+UNQUANTIZED = frozenset({"F32", "F16", "BF16"})
 #: Environment variables llama.cpp reads as arguments: cleared so the argv is the whole config.
 _ARG_ENV_PREFIX = "LLAMA_ARG_"
 
@@ -438,6 +444,57 @@ class LlamaCppTarget(ServingTarget):
 
     def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
         check_feasible(config, max_model_len)
+
+    @contextlib.contextmanager
+    def serve(self, config: Mapping[str, Any], served: ServingWorkload, cache_dir: Path,
+              *, env: Mapping[str, str] | None = None) -> Iterator[RunningServer]:
+        """The shared start (:meth:`ServingTarget.serve`), with one llama.cpp-specific check
+        when the server crashes at load: see :meth:`repack_crash_reason`."""
+        with contextlib.ExitStack() as stack:
+            try:
+                running = stack.enter_context(super().serve(config, served, cache_dir, env=env))
+            except EngineStartError as exc:
+                reason = self.repack_crash_reason(config, served, str(exc))
+                if reason is None:
+                    raise
+                raise ConfigRejectedError(reason) from None
+            yield running
+
+    def repack_crash_reason(self, config: Mapping[str, Any], served: ServingWorkload,
+                            failure: str) -> str | None:
+        """Why a config was rejected when its server crashed (SIGILL or SIGSEGV) loading
+        quantized weights with ``repack`` on and the same config with ``repack`` off starts on
+        this host; None for any other failure.
+
+        llama.cpp repacks quantized weights into the CPU's fastest layout, AMX tiles where the
+        CPU reports AMX; some VMs report AMX and fault on its instructions, so every quantized
+        type crashes there at load. The second start is the evidence: the config cannot run
+        on this host, while the same weights run without repacking.
+        """
+        clean = self.validate_config(config)
+        if not clean.get("repack") or str(clean[QUANT_KNOB]) in UNQUANTIZED:
+            return None
+        crash = re.search(r"\b(SIGILL|SIGSEGV)\b", failure)
+        if crash is None:
+            return None
+        plain = {**clean, "repack": False}
+        version = self.installed_version()
+        port = free_port()
+        with tempfile.TemporaryDirectory(prefix="advisor-llamacpp-probe-") as tmp:
+            args, _ = self.server_argv(plain, served, port=port, engine_version=version,
+                                       max_model_len=served.max_model_len(), workdir=Path(tmp))
+            try:
+                with ManagedServer([*self.engine_server.command(), *args],
+                                   base_url=f"http://127.0.0.1:{port}",
+                                   log_path=Path(tmp) / "probe.log", env=server_environment(),
+                                   name=SERVER_NAME) as probe:
+                    probe.wait_ready(DEFAULT_STARTUP_TIMEOUT_S)
+            except EngineStartError:
+                return None  # it fails without repacking too: not repacking's doing
+        return (f"llama-server crashed ({crash.group(1)}) loading {clean[QUANT_KNOB]} weights "
+                "with repack on, and the same config with repack off started: llama.cpp's "
+                "repacked-weight path (AMX where the CPU reports it) does not run on this host; "
+                "use repack false")
 
     def server_env(self, served: ServingWorkload) -> dict[str, str] | None:
         return server_environment()

@@ -73,7 +73,9 @@ def test_a_trial_measures_exact_prompts_and_records_the_servers_facts(tmp_path: 
     cache = tmp_path / "cache"
     target.prepare(workload, cache)
     served = target.load_served(workload, cache)
-    config = {"quant": "Q8_0", "parallel": 2, "threads": 1}
+    # repack off: where the CPU reports AMX but faults on it (a CI VM did), llama.cpp's repacked
+    # quantized weights crash at load; that case has its own test below.
+    config = {"quant": "Q8_0", "parallel": 2, "threads": 1, "repack": False}
     with target.serve(config, served, cache) as running:
         with httpx.Client(base_url=running.base_url, timeout=30, trust_env=False) as client:
             for request in served.requests[:3]:
@@ -137,6 +139,36 @@ def test_the_servers_own_argument_refusal_is_a_rejected_config(
     outcome = run_isolated("llamacpp", {}, tiny_workload(), tmp_path / "cache", timeout_s=60)
     assert not outcome.ok and outcome.error_type == "rejected", outcome.reason
     assert "invalid argument: --no-such-flag" in (outcome.reason or "")
+
+
+def _crashing_with(flag: str) -> list[str]:
+    """A stand-in server command: dies by SIGILL when its argv holds ``flag``, else is the real
+    ``llama-server`` with the same arguments (a host whose CPU faults on repacked weights)."""
+    script = ("import os, signal, sys\n"
+              f"if {flag!r} in sys.argv[2:]: os.kill(os.getpid(), signal.SIGILL)\n"
+              "os.execv(sys.argv[1], sys.argv[1:])\n")
+    return [sys.executable, "-c", script, str(server_binary())]
+
+
+def test_a_crash_that_repack_off_avoids_is_a_rejected_config_with_the_evidence(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(COMMAND_ENV, json.dumps(_crashing_with("--repack")))
+    cache = tmp_path / "cache"
+    outcome = run_isolated("llamacpp", {"quant": "Q8_0", "repack": True}, tiny_workload(),
+                           cache, timeout_s=60)
+    assert not outcome.ok and outcome.error_type == "rejected", outcome.reason
+    assert "crashed (SIGILL) loading Q8_0 weights with repack on" in (outcome.reason or "")
+    assert "repack off started" in (outcome.reason or "")
+    # Unquantized weights have nothing to repack: the same crash is the engine's failure.
+    outcome = run_isolated("llamacpp", {"quant": "F16", "repack": True}, tiny_workload(),
+                           cache, timeout_s=60)
+    assert not outcome.ok and outcome.error_type == "engine_start", outcome.reason
+    # A crash with repack off too is not repacking's doing.
+    monkeypatch.setenv(COMMAND_ENV, json.dumps(_crashing_with("--model")))
+    outcome = run_isolated("llamacpp", {"quant": "Q8_0", "repack": True}, tiny_workload(),
+                           cache, timeout_s=60)
+    assert not outcome.ok and outcome.error_type == "engine_start", outcome.reason
+    assert _servers_on(cache) == []
 
 
 def test_a_damaged_model_file_fails_the_start_with_llamas_reason(tmp_path: Path) -> None:
