@@ -1216,9 +1216,16 @@ def worker_cmd(
 
 def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> Table:
     table = Table(title=title)
-    for c in ("context", "metric", "trials", "held-out groups", "MAPE", "90% interval coverage",
-              "noise floor (repeats)"):
+    # Held out by workload: the error split by whether the config was measured elsewhere.
+    split = any(r.get("seen_config_n") for r in rows)
+    for c in ("context", "metric", "trials", "held-out groups", "MAPE",
+              *(("of it: configs measured at other rates", "configs measured there only")
+                if split else ()), "90% interval coverage", "noise floor (repeats)"):
         table.add_column(c)
+
+    def part(mape: float | None, n: int) -> str:
+        return "-" if mape is None else f"{mape:.1%} (n={n})"
+
     for r in rows:
         mape = r["mape"]
         text = "-" if mape is None else f"{mape:.1%}"
@@ -1227,6 +1234,9 @@ def _score_table(title: str, rows: list[dict[str, Any]], goal: float | None) -> 
         cov = r["interval_coverage"]
         floor = r.get("noise_floor_mape")
         table.add_row(r["context"], r["metric"], str(r["n"]), str(r["configs"]), text,
+                      *((part(r.get("seen_config_mape"), r.get("seen_config_n", 0)),
+                         part(r.get("unseen_config_mape"), r.get("unseen_config_n", 0)))
+                        if split else ()),
                       "-" if cov is None else f"{cov:.0%}",
                       "-" if floor is None else f"{floor:.1%} (n={r['noise_floor_n']})")
     return table

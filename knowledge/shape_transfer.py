@@ -48,8 +48,8 @@ class MeasuredShape:
 @dataclass
 class _ShapeCurve:
     """A measured shape's curve: its load curves where they model a figure, else a log-linear
-    interpolation of the figure's per-rate medians (a figure whose median falls with the rate
-    beyond noise gets no load curve)."""
+    interpolation of the figure's per-rate medians (a throughput whose median falls with the
+    rate beyond noise, a goodput past capacity, gets no load curve)."""
 
     name: str
     features: Mapping[str, float]

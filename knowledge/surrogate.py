@@ -855,11 +855,22 @@ class MetricScore:
     #: config, same workload): the floor no model can beat. None without repeats.
     noise_mape: float | None = None
     noise_n: int = 0
+    #: Held out by workload: the error on held-out measurements of configs measured at another
+    #: workload of the fold's training side (a held-out rate of a measured config), and on the
+    #: rest (configs measured at the held-out workload only: held-out configs in effect).
+    #: None when not grouped by workload.
+    seen_config_mape: float | None = None
+    seen_config_n: int = 0
+    unseen_config_mape: float | None = None
+    unseen_config_n: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "n": self.n, "configs": self.n_groups,
                 "mape": self.mape, "interval_coverage": self.coverage, "folds": self.folds,
-                "noise_floor_mape": self.noise_mape, "noise_floor_n": self.noise_n}
+                "noise_floor_mape": self.noise_mape, "noise_floor_n": self.noise_n,
+                "seen_config_mape": self.seen_config_mape, "seen_config_n": self.seen_config_n,
+                "unseen_config_mape": self.unseen_config_mape,
+                "unseen_config_n": self.unseen_config_n}
 
 
 def noise_floor(trials: Sequence[TrialRecord], metric: str) -> tuple[float | None, int]:
@@ -1172,8 +1183,10 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
         z = _forward(kind, y)
         law = cost_law(encoder, metric) if kind == "log" else None
         errors: list[float] = []
+        seen: list[bool] = []  # per error: its config was measured on the training side
         inside: list[bool] = []
         for train, test in GroupKFold(n_splits=k).split(X, z, groups):
+            trained = {usable[i].config_hash for i in idx[train]}
             reg = IntervalRegressor(family=family, cost_law=law).fit(X[train], z[train],
                                                                       groups[train])
             c, lo, hi = reg.predict_interval(X[test])
@@ -1195,6 +1208,7 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
             if score_on == "trial":
                 errors.extend((np.abs(pred - y[test])
                                / np.maximum(np.abs(y[test]), 1e-12)).tolist())
+                seen.extend(t.config_hash in trained for t in held)
                 continue
             by_group: dict[tuple[str, str], list[int]] = {}
             for j, t in enumerate(held):
@@ -1203,7 +1217,16 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                 truth = float(np.median(y[test][rows]))
                 errors.append(abs(float(np.mean(pred[rows])) - truth)
                               / max(abs(truth), 1e-12))
+                seen.append(held[rows[0]].config_hash in trained)
         floor, floor_n = noise_floor(usable, metric)
+        split: dict[str, Any] = {}
+        if group_by == "workload":
+            known = [e for e, s in zip(errors, seen, strict=True) if s]
+            new = [e for e, s in zip(errors, seen, strict=True) if not s]
+            split = {"seen_config_mape": float(np.mean(known)) if known else None,
+                     "seen_config_n": len(known),
+                     "unseen_config_mape": float(np.mean(new)) if new else None,
+                     "unseen_config_n": len(new)}
         out[metric] = MetricScore(metric, len(y), n_groups, float(np.mean(errors)),
-                                  float(np.mean(inside)), k, floor, floor_n)
+                                  float(np.mean(inside)), k, floor, floor_n, **split)
     return out

@@ -132,3 +132,69 @@ def test_a_config_with_few_rates_borrows_the_shape() -> None:
         pb = curves.predict({"knob": "b"}, wl, "ttft_p95_ms")
         assert pb is not None
         assert pb[0] == pytest.approx(truth("b", rate)["ttft_p95_ms"], rel=0.25), rate
+
+
+def _llm_trials(noise: float = 0.03) -> list:
+    """TrialRecords of the queue truth above: configs "a" and "b" at every rate, and config "c"
+    (capacity of "a") measured at one rate only, as a one-off study would leave it."""
+    import hashlib
+
+    from knowledge import TrialRecord
+    from knowledge.models import TrialStatus
+
+    rng = random.Random(3)
+    out = []
+    for config, rates in (("a", RATES), ("b", RATES), ("c", (50.0,))):
+        for rate in rates:
+            spec = {"kind": "llm-serving", "name": f"chat@{rate}",
+                    "params": {"arrival": {"process": "poisson", "rate_rps": rate},
+                               "prompt_len": 256, "output_len": 128}}
+            for _ in range(2):
+                out.append(TrialRecord(
+                    study_id=1, number=len(out), target="scripted-llm", config={"knob": config},
+                    config_hash=config, workload_spec=spec,
+                    workload_hash=hashlib.sha256(str(rate).encode()).hexdigest()[:16],
+                    hardware={}, hardware_key="h", advisor_version="test",
+                    status=TrialStatus.COMPLETE,
+                    metrics={m: v * math.exp(rng.gauss(0, noise))
+                             for m, v in truth("a" if config == "c" else config,
+                                               rate).items()}))
+    return out
+
+
+def test_held_out_rates_are_scored_apart_from_configs_measured_there_only() -> None:
+    """Held out by workload, a config measured at other rates is predicted from its curve; one
+    measured at the held-out rate only is a held-out config. The score reports both apart."""
+    from knowledge.surrogate import ContextKey, cross_validate
+
+    trials = _llm_trials()
+    key = ContextKey("scripted-llm", "h", "m", "v")
+    score = cross_validate(key, trials, metrics=["ttft_p95_ms"], group_by="workload",
+                           folds=5)["ttft_p95_ms"]
+    assert score.seen_config_n == 2 * 2 * len(RATES)
+    assert score.unseen_config_n == 2
+    assert score.seen_config_mape is not None and score.seen_config_mape < 0.3
+    assert score.unseen_config_mape is not None
+    total = ((score.seen_config_mape * score.seen_config_n
+              + score.unseen_config_mape * score.unseen_config_n)
+             / (score.seen_config_n + score.unseen_config_n))
+    assert score.mape == pytest.approx(total)
+    by_config = cross_validate(key, trials, metrics=["ttft_p95_ms"], folds=3)["ttft_p95_ms"]
+    assert by_config.seen_config_mape is None and by_config.seen_config_n == 0
+
+
+def test_a_latency_that_falls_in_one_config_keeps_its_curves_a_falling_goodput_does_not() -> None:
+    """Two sessions that read one rate differently can make a config's latency medians fall;
+    dropping the metric then lost every config's curve. Latencies keep their curves; a goodput
+    that falls past capacity (it does in every config) gets none."""
+    configs, workloads, measured = rows(noise=0.0)
+    for m, w in zip(measured, workloads, strict=True):
+        if w["rate_rps"] == 70.0:
+            m["ttft_p95_ms"] *= 20  # 70 req/s read by a session that saw 20x the others
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    assert "ttft_p95_ms" in curves.metrics_
+    assert "goodput_requests_per_s" not in curves.metrics_
+    wl = {"rate_rps": 25.0, "prompt_len": 256.0}
+    pred = curves.predict({"knob": "b"}, wl, "ttft_p95_ms")
+    assert pred is not None
+    assert pred[0] == pytest.approx(truth("b", 25.0)["ttft_p95_ms"], rel=0.25)
