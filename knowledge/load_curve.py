@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "config_key",
-           "load_roles"]
+           "load_roles", "unvaried_knobs"]
 
 #: Nominal coverage of a curve's prediction interval (the surrogates' too).
 CURVE_COVERAGE = 0.9
@@ -73,10 +73,29 @@ def load_roles(metrics: Mapping[str, Sequence[float]], features: Sequence[str]
                      throughputs=tuple(sorted(m for m in metrics if m.endswith("_per_s"))))
 
 
-def config_key(config: Mapping[str, Any], workload: Mapping[str, float], rate: str) -> str:
-    """One curve per config and workload other than its rate."""
+def config_key(config: Mapping[str, Any], workload: Mapping[str, float], rate: str,
+               unvaried: frozenset[str] = frozenset()) -> str:
+    """One curve per config (less its ``unvaried`` knobs) and workload other than its rate."""
     rest = {k: round(float(v), 6) for k, v in workload.items() if k != rate}
-    return json.dumps([dict(config), rest], sort_keys=True, default=str)
+    own = {k: v for k, v in config.items() if k not in unvaried}
+    return json.dumps([own, rest], sort_keys=True, default=str)
+
+
+def unvaried_knobs(configs: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """Knobs that some configs lack and every config that sets them sets to one value.
+
+    A knob added to a space after some trials were measured is missing from those trials'
+    configs; they ran at the engine's default, which is what every later trial that never
+    varied it recorded. Such a knob tells no config from another, so it is left out of a
+    config's identity: the same engine settings measured before and after the knob existed
+    share one curve. A knob set to two values (or set by every config) stays.
+    """
+    values: dict[str, set[str]] = {}
+    for config in configs:
+        for k, v in config.items():
+            values.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+    return frozenset(k for k, seen in values.items()
+                     if len(seen) == 1 and any(k not in c for c in configs))
 
 
 # -- the two curve forms -----------------------------------------------------------------------
@@ -128,6 +147,9 @@ def _latency_basis(rate: np.ndarray, capacity: float) -> np.ndarray:
 #: Rates a config needs for a latency curve of its own shape (all four columns); with fewer
 #: its curve takes the shape of the context's best-measured config (:func:`_fit_latency`).
 OWN_SHAPE_RATES = 5
+#: Rates a config needs for latency terms of its own at its served-rate capacity (no search
+#: over where its queue starts): between this and :data:`OWN_SHAPE_RATES`.
+OWN_TERMS_RATES = 4
 
 
 def _fit_latency(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Sequence[float],
@@ -237,6 +259,8 @@ def _fit_curve(points: Mapping[str, Sequence[tuple[float, float]]], roles: LoadR
             curve.throughput[metric] = _fit_throughput(r, v)
         elif len(r) >= OWN_SHAPE_RATES:
             curve.latency[metric] = _fit_latency(r, v, capacity, _SCALES)
+        elif len(r) >= OWN_TERMS_RATES:
+            curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,))
         else:
             shape = (shapes or {}).get(metric)
             curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,), shape)
@@ -299,10 +323,12 @@ class LoadCurves:
     def fit(self, configs: Sequence[Mapping[str, Any]], workloads: Sequence[Mapping[str, float]],
             measured: Sequence[Mapping[str, float]]) -> LoadCurves:
         roles = self.roles
+        self.unvaried_ = unvaried_knobs(configs)
         groups: dict[str, list[int]] = {}
         for i, (config, w) in enumerate(zip(configs, workloads, strict=True)):
             if isinstance(w.get(roles.rate), int | float) and w[roles.rate] > 0:
-                groups.setdefault(config_key(config, w, roles.rate), []).append(i)
+                groups.setdefault(config_key(config, w, roles.rate, self.unvaried_),
+                                  []).append(i)
         # Every latency gets curves (non-decreasing in the rate by construction: where the
         # per-rate medians of one config fall, e.g. two sessions read one rate differently, the
         # fit is a compromise and the calibration widens the intervals); a throughput gets them
@@ -397,7 +423,8 @@ class LoadCurves:
               ) -> ConfigCurve | None:
         if self.roles.rate not in workload:
             return None
-        return self.curves_.get(config_key(config, workload, self.roles.rate))
+        return self.curves_.get(config_key(config, workload, self.roles.rate,
+                                           getattr(self, "unvaried_", frozenset())))
 
     def predict(self, config: Mapping[str, Any], workload: Mapping[str, float],
                 metric: str) -> tuple[float, float, float] | None:

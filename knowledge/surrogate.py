@@ -1204,11 +1204,17 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                 c, lo, hi = (_forward(kind, np.maximum(a, 1e-300) if kind == "log" else a)
                              for a in (value, low, high))
             pred = _inverse(kind, c)
+            # Measured at another rate: the same config on the training side (by hash, or by
+            # its load-curve identity, which leaves out knobs added to the space later).
+            known = [t.config_hash in trained or (
+                load_curves and curves is not None
+                and curves.curve(t.config, workload_features(t.workload_spec)) is not None)
+                for t in held]
             inside.extend(((z[test] >= lo - 1e-9) & (z[test] <= hi + 1e-9)).tolist())
             if score_on == "trial":
                 errors.extend((np.abs(pred - y[test])
                                / np.maximum(np.abs(y[test]), 1e-12)).tolist())
-                seen.extend(t.config_hash in trained for t in held)
+                seen.extend(known)
                 continue
             by_group: dict[tuple[str, str], list[int]] = {}
             for j, t in enumerate(held):
@@ -1217,7 +1223,7 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                 truth = float(np.median(y[test][rows]))
                 errors.append(abs(float(np.mean(pred[rows])) - truth)
                               / max(abs(truth), 1e-12))
-                seen.append(held[rows[0]].config_hash in trained)
+                seen.append(known[rows[0]])
         floor, floor_n = noise_floor(usable, metric)
         split: dict[str, Any] = {}
         if group_by == "workload":

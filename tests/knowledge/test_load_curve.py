@@ -198,3 +198,21 @@ def test_a_latency_that_falls_in_one_config_keeps_its_curves_a_falling_goodput_d
     pred = curves.predict({"knob": "b"}, wl, "ttft_p95_ms")
     assert pred is not None
     assert pred[0] == pytest.approx(truth("b", 25.0)["ttft_p95_ms"], rel=0.25)
+
+
+def test_a_knob_added_later_and_never_varied_does_not_split_a_config_in_two() -> None:
+    """Trials measured before a knob existed lack it; later ones record it at the one value the
+    engine used anyway. Both are one config, one curve; a knob set to two values still counts."""
+    from knowledge.load_curve import unvaried_knobs
+
+    assert unvaried_knobs([{"a": 1}, {"a": 1, "tp": 1}, {"a": 2, "tp": 1}]) == {"tp"}
+    assert unvaried_knobs([{"a": 1}, {"a": 1, "tp": 1}, {"a": 2, "tp": 2}]) == frozenset()
+    assert unvaried_knobs([{"a": 1, "tp": 1}, {"a": 2, "tp": 1}]) == frozenset()
+    configs, workloads, measured = rows(noise=0.0)
+    later = [{**c, "tp": 1} if w["rate_rps"] >= 55.0 else c
+             for c, w in zip(configs, workloads, strict=True)]
+    curves = LoadCurves(roles=roles_of(measured)).fit(later, workloads, measured)
+    assert len(curves.curves_) == 2  # one per config, not one per form
+    for form in ({"knob": "a"}, {"knob": "a", "tp": 1}):
+        curve = curves.curve(form, {"rate_rps": 30.0, "prompt_len": 256.0})
+        assert curve is not None and len(curve.rates) == len(RATES)

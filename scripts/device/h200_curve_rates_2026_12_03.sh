@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# More rates for the 8B load curves (issue 18, held-out rates), through the device tool on
+# nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna,
+# sqlalchemy, sqlmodel, ... wheels for Python 3.12), like scripts/device/h200_crosscheck_2026_12_01.sh
+# (same `chat` preset clamped to prompts <= 1,024 tokens, Poisson arrivals, WINDOW seconds of
+# arrivals per rate, every measurement gated against the server's own metrics).
+#
+#   PHASE=8b-paired-mid bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-paired-mid.txt 2>&1
+#   PHASE=8b-recheck    bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-recheck.txt 2>&1
+#
+# 8b-paired-mid: the two non-default 8B configs of the shipped data -- vLLM's defaults at a 0.45
+#     memory share and the 2026-11-30 "best" -- were measured at 15/45/75 req/s only (12-01
+#     paired session), so a held-out rate left a curve through two points. Both up at once again
+#     (co-resident, 0.45 each), measured in turn at 30, 60 and 90 req/s, 2 interleaved repeats:
+#     five or six rates each, enough for a curve of its own shape.
+# 8b-recheck: the 12-01 `defaults@` session read TTFT p95 1,260-1,561 ms at 75 req/s where the
+#     reference harness in the same session read 426 ms and two other sessions read 252-521 ms.
+#     vLLM's defaults alone at 60, 75 and 90 req/s, 2 rounds of the advisor's window then
+#     `vllm bench serve`'s (A R A R): which of the readings a fresh lease reproduces.
+#
+# Results land in $OUT: crosscheck-<phase>.jsonl, trials-<phase>.jsonl (the store, exported),
+# nvidia-smi-<phase>.txt. The deadline below stops the crosscheck before the device tool's limit,
+# so the trials measured so far are exported.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}
+PHASE=${PHASE:?set PHASE=8b-paired-mid or 8b-recheck}
+WINDOW=${WINDOW:-8}
+mkdir -p "$OUT"
+# shellcheck disable=SC1091
+source .vllm-h200/activate.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+  .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
+export ADVISOR_DB_URL=sqlite:////tmp/advisor-h200.db ADVISOR_IMPORT_SHIPPED=0
+export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+finish() {
+  python3 -m advisor knowledge export -o "$OUT/trials-$PHASE.jsonl" || true
+  nvidia-smi > "$OUT/nvidia-smi-$PHASE.txt" 2>&1 || true
+}
+trap finish EXIT
+# The device tool kills a command at its limit without running traps: stop ourselves first.
+( sleep "${ADVISOR_DEVICE_DEADLINE_S:-560}"; pkill -TERM -f "advisor crosscheck" ) &
+
+BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
+poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
+common() {
+  local r0=$1
+  echo "--target vllm --workload chat --model llama-3-8b --workload-param $(poisson "$r0")" \
+       "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
+}
+cc() { python3 -m advisor crosscheck "$@"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+case $PHASE in
+  8b-paired-mid)
+    # shellcheck disable=SC2046
+    cc $(common 15) --rate 30 --rate 60 --rate 90 \
+      --config default= --config "best-sampled=@$BEST" --co-resident --memory-share 0.45 \
+      --repeats 2 --reference-repeats 0 \
+      --store-as h200-8b-chat-1203-paired -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  8b-recheck)
+    # shellcheck disable=SC2046
+    cc $(common 15) --rate 60 --rate 75 --rate 90 \
+      --repeats 2 --reference-repeats 2 --store-as h200-8b-chat-1203-recheck \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  *) echo "unknown PHASE $PHASE" >&2; exit 2 ;;
+esac
