@@ -66,6 +66,20 @@ def test_recommend_is_model_based_and_explains(env: dict[str, str]) -> None:
     assert "nearest measured trials" in explained.stdout
 
 
+def test_an_unmeasured_variant_never_displaces_a_measured_default_on_its_point_prediction(
+        env: dict[str, str]) -> None:
+    """At 15 req/s on the 8B shape every config serves the offered rate, and vLLM's defaults
+    were measured there many times; a surrogate prediction for an unmeasured variant must beat
+    them at its interval's cautious end, which it cannot: keep the defaults (exit 0)."""
+    rec = advisor("recommend", "--target", "vllm", "--hardware", "h200", "--model", "llama-3-8b",
+                  "--slo", "ttft_p95_ms<=500,tpot_p95_ms<=25", "--rate-rps", "15", "--json",
+                  env=env)
+    answer = json.loads(rec.stdout)
+    assert rec.returncode == 0, rec.stderr
+    assert answer["answer"] == "keep_defaults", answer["baseline"]
+    assert answer["baseline"]["default_figures_basis"] == "measured"
+
+
 def test_recommend_flags_uncovered_hardware(env: dict[str, str]) -> None:
     rec = advisor("recommend", "--target", "vllm", "--hardware", "mi300x", "--slo",
                   "ttft_p95_ms<=300", "--json", env=env)
