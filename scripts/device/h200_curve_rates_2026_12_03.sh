@@ -7,6 +7,7 @@
 #
 #   PHASE=8b-paired-mid bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-paired-mid.txt 2>&1
 #   PHASE=8b-recheck    bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-recheck.txt 2>&1
+#   PHASE=1b-knee       bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-1b-knee.txt 2>&1
 #
 # 8b-paired-mid: the two non-default 8B configs of the shipped data -- vLLM's defaults at a 0.45
 #     memory share and the 2026-11-30 "best" -- were measured at 15/45/75 req/s only (12-01
@@ -17,6 +18,8 @@
 #     reference harness in the same session read 426 ms and two other sessions read 252-521 ms.
 #     vLLM's defaults alone at 60, 75 and 90 req/s, 2 rounds of the advisor's window then
 #     `vllm bench serve`'s (A R A R): which of the readings a fresh lease reproduces.
+# 1b-knee: the 1B shape's defaults around their knee (capacity ~93 req/s offered), at 80, 100 and
+#     110 req/s, 2 rounds, gated against the server: the 12-01 data jump from 75 to 90 to 120.
 #
 # Results land in $OUT: crosscheck-<phase>.jsonl, trials-<phase>.jsonl (the store, exported),
 # nvidia-smi-<phase>.txt. The deadline below stops the crosscheck before the device tool's limit,
@@ -24,7 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
-PHASE=${PHASE:?set PHASE=8b-paired-mid or 8b-recheck}
+PHASE=${PHASE:?set PHASE=8b-paired-mid, 8b-recheck or 1b-knee}
 WINDOW=${WINDOW:-8}
 mkdir -p "$OUT"
 # shellcheck disable=SC1091
@@ -47,8 +50,8 @@ trap finish EXIT
 BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
 poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 common() {
-  local r0=$1
-  echo "--target vllm --workload chat --model llama-3-8b --workload-param $(poisson "$r0")" \
+  local r0=$1 model=${2:-llama-3-8b}
+  echo "--target vllm --workload chat --model $model --workload-param $(poisson "$r0")" \
        "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
 }
 cc() { python3 -m advisor crosscheck "$@"; }
@@ -66,6 +69,12 @@ case $PHASE in
     # shellcheck disable=SC2046
     cc $(common 15) --rate 60 --rate 75 --rate 90 \
       --repeats 2 --reference-repeats 2 --store-as h200-8b-chat-1203-recheck \
+      -o "$OUT/crosscheck-$PHASE.jsonl"
+    ;;
+  1b-knee)
+    # shellcheck disable=SC2046
+    cc $(common 30 llama-3.2-1b) --rate 80 --rate 100 --rate 110 \
+      --repeats 2 --reference-repeats 0 --store-as h200-1b-chat-1203-knee \
       -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;
   *) echo "unknown PHASE $PHASE" >&2; exit 2 ;;
