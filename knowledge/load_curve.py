@@ -333,8 +333,9 @@ class LoadCurves:
         # per-rate medians of one config fall, e.g. two sessions read one rate differently, the
         # fit is a compromise and the calibration widens the intervals); a throughput gets them
         # only if it falls with the rate in no config (a goodput past capacity falls for good).
-        # Dropping a latency for one config's fall lost its curve for every config: held out by
-        # rate on the shipped H200 data, TPOT p95 (1B) erred 15.5 % without and 10.1 % with.
+        # Dropping a latency for one config's fall lost its curve for every config (held out by
+        # rate on the shipped GPU data, one context's p95 inter-token figure erred 15.5 % that
+        # way and 10.1 % this way: docs/knowledge.md).
         def of(m: str, rows: Sequence[int]) -> list[tuple[float, float]]:
             return [(float(workloads[i][roles.rate]), float(measured[i][m])) for i in rows
                     if isinstance(measured[i].get(m), int | float)]

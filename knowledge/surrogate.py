@@ -1241,12 +1241,12 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
         floor, floor_n = noise_floor(usable, metric)
         split: dict[str, Any] = {}
         if group_by == "workload":
-            known = [e for e, s in zip(errors, seen, strict=True) if s]
-            new = [e for e, s in zip(errors, seen, strict=True) if not s]
-            split = {"seen_config_mape": float(np.mean(known)) if known else None,
-                     "seen_config_n": len(known),
-                     "unseen_config_mape": float(np.mean(new)) if new else None,
-                     "unseen_config_n": len(new)}
+            elsewhere = [e for e, s in zip(errors, seen, strict=True) if s]
+            only_there = [e for e, s in zip(errors, seen, strict=True) if not s]
+            split = {"seen_config_mape": float(np.mean(elsewhere)) if elsewhere else None,
+                     "seen_config_n": len(elsewhere),
+                     "unseen_config_mape": float(np.mean(only_there)) if only_there else None,
+                     "unseen_config_n": len(only_there)}
         out[metric] = MetricScore(metric, len(y), n_groups, float(np.mean(errors)),
                                   float(np.mean(inside)), k, floor, floor_n, **split)
     return out
