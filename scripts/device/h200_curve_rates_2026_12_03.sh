@@ -29,51 +29,32 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=8b-paired-mid, 8b-recheck or 1b-knee}
 WINDOW=${WINDOW:-8}
-mkdir -p "$OUT"
-# shellcheck disable=SC1091
-source .vllm-h200/activate.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-  .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
-export ADVISOR_DB_URL=sqlite:////tmp/advisor-h200.db ADVISOR_IMPORT_SHIPPED=0
-export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-
-finish() {
-  python3 -m advisor knowledge export -o "$OUT/trials-$PHASE.jsonl" || true
-  nvidia-smi > "$OUT/nvidia-smi-$PHASE.txt" 2>&1 || true
-}
-trap finish EXIT
-# The device tool kills a command at its limit without running traps: stop ourselves first.
-( sleep "${ADVISOR_DEVICE_DEADLINE_S:-560}"; pkill -TERM -f "advisor crosscheck" ) &
+# shellcheck source=scripts/device/h200_env.sh
+source scripts/device/h200_env.sh
+trap export_phase EXIT
+stop_before_limit 560 TERM "advisor crosscheck"
 
 BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
-poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
-common() {
-  local r0=$1 model=${2:-llama-3-8b}
-  echo "--target vllm --workload chat --model $model --workload-param $(poisson "$r0")" \
-       "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
-}
 cc() { python3 -m advisor crosscheck "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 case $PHASE in
   8b-paired-mid)
     # shellcheck disable=SC2046
-    cc $(common 15) --rate 30 --rate 60 --rate 90 \
+    cc $(chat_workload llama-3-8b 15) --rate 30 --rate 60 --rate 90 \
       --config default= --config "best-sampled=@$BEST" --co-resident --memory-share 0.45 \
       --repeats 2 --reference-repeats 0 \
       --store-as h200-8b-chat-1203-paired -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;
   8b-recheck)
     # shellcheck disable=SC2046
-    cc $(common 15) --rate 60 --rate 75 --rate 90 \
+    cc $(chat_workload llama-3-8b 15) --rate 60 --rate 75 --rate 90 \
       --repeats 2 --reference-repeats 2 --store-as h200-8b-chat-1203-recheck \
       -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;
   1b-knee)
     # shellcheck disable=SC2046
-    cc $(common 30 llama-3.2-1b) --rate 80 --rate 100 --rate 110 \
+    cc $(chat_workload llama-3.2-1b 30) --rate 80 --rate 100 --rate 110 \
       --repeats 2 --reference-repeats 0 --store-as h200-1b-chat-1203-knee \
       -o "$OUT/crosscheck-$PHASE.jsonl"
     ;;

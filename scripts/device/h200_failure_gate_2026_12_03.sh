@@ -16,15 +16,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-# shellcheck disable=SC1091
-source .vllm-h200/activate.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-  .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
-export ADVISOR_DB_URL=sqlite:////tmp/advisor-gate.db ADVISOR_IMPORT_SHIPPED=1
-export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+DEVICE_DB=/tmp/advisor-gate.db DEVICE_IMPORT_SHIPPED=1
+# shellcheck source=scripts/device/h200_env.sh
+source scripts/device/h200_env.sh
 STUDY=h200-8b-chat-1203-gate
 
 finish() {
@@ -34,7 +28,7 @@ finish() {
 }
 trap finish EXIT
 # The device tool kills a command at its limit without running traps: stop ourselves first.
-( sleep "${ADVISOR_DEVICE_DEADLINE_S:-520}"; pkill -INT -f "advisor tune" ) &
+stop_before_limit 520 INT "advisor tune"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -m advisor tune --target vllm --model llama-3-8b --workload chat \

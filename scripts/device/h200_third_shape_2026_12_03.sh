@@ -33,30 +33,16 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:-llama-3b}
 WINDOW=${WINDOW:-8}
-mkdir -p "$OUT"
 case $PHASE in
   llama-3b) CONFIG=docs/examples/model-configs/llama-3.2-3b/config.json ;;
   qwen-3b) CONFIG=docs/examples/model-configs/qwen2.5-3b/config.json ;;
   *) echo "unknown PHASE $PHASE (llama-3b or qwen-3b)" >&2; exit 2 ;;
 esac
-# shellcheck disable=SC1091
-source .vllm-h200/activate.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-  .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
-export ADVISOR_DB_URL=sqlite:////tmp/advisor-h200.db ADVISOR_IMPORT_SHIPPED=0
-export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# shellcheck source=scripts/device/h200_env.sh
+source scripts/device/h200_env.sh
+trap export_phase EXIT
+stop_before_limit 570 TERM "advisor crosscheck"
 
-finish() {
-  python3 -m advisor knowledge export -o "$OUT/trials-$PHASE.jsonl" || true
-  nvidia-smi > "$OUT/nvidia-smi-$PHASE.txt" 2>&1 || true
-}
-trap finish EXIT
-# The device tool kills a command at its limit without running traps: stop ourselves first.
-( sleep "${ADVISOR_DEVICE_DEADLINE_S:-570}"; pkill -TERM -f "advisor crosscheck" ) &
-
-poisson() { echo "arrival={\"process\":\"poisson\",\"rate_rps\":$1}"; }
 R0=15
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # The shape's name and features, as the trials will carry them (fails here, not on the GPU).
