@@ -27,7 +27,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +44,7 @@ from objectives.llm.gguf_model import write_source_gguf
 from objectives.llm.gguf_quant import quantized_gguf, tensor_types
 from objectives.llm.models import MODEL_SHAPES, model_config
 from objectives.llm.server import (
-    ManagedServer,
     ServingWorkload,
-    free_port,
     package_versions,
     process_peak_rss_mb,
     process_tree,
@@ -454,14 +451,14 @@ class LlamaCppTarget(ServingTarget):
             try:
                 running = stack.enter_context(super().serve(config, served, cache_dir, env=env))
             except EngineStartError as exc:
-                reason = self.repack_crash_reason(config, served, str(exc))
+                reason = self.repack_crash_reason(config, served, cache_dir, str(exc))
                 if reason is None:
                     raise
                 raise ConfigRejectedError(reason) from None
             yield running
 
     def repack_crash_reason(self, config: Mapping[str, Any], served: ServingWorkload,
-                            failure: str) -> str | None:
+                            cache_dir: Path, failure: str) -> str | None:
         """Why a config was rejected when its server crashed (SIGILL or SIGSEGV) loading
         quantized weights with ``repack`` on and the same config with ``repack`` off starts on
         this host; None for any other failure.
@@ -477,20 +474,11 @@ class LlamaCppTarget(ServingTarget):
         crash = re.search(r"\b(SIGILL|SIGSEGV)\b", failure)
         if crash is None:
             return None
-        plain = {**clean, "repack": False}
-        version = self.installed_version()
-        port = free_port()
-        with tempfile.TemporaryDirectory(prefix="advisor-llamacpp-probe-") as tmp:
-            args, _ = self.server_argv(plain, served, port=port, engine_version=version,
-                                       max_model_len=served.max_model_len(), workdir=Path(tmp))
-            try:
-                with ManagedServer([*self.engine_server.command(), *args],
-                                   base_url=f"http://127.0.0.1:{port}",
-                                   log_path=Path(tmp) / "probe.log", env=server_environment(),
-                                   name=SERVER_NAME) as probe:
-                    probe.wait_ready(DEFAULT_STARTUP_TIMEOUT_S)
-            except EngineStartError:
-                return None  # it fails without repacking too: not repacking's doing
+        try:
+            with super().serve({**clean, "repack": False}, served, cache_dir):
+                pass  # it started: repacking was the crash
+        except (EngineStartError, ConfigRejectedError):
+            return None  # it fails without repacking too: not repacking's doing
         return (f"llama-server crashed ({crash.group(1)}) loading {clean[QUANT_KNOB]} weights "
                 "with repack on, and the same config with repack off started: llama.cpp's "
                 "repacked-weight path (AMX where the CPU reports it) does not run on this host; "
