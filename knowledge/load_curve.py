@@ -259,10 +259,8 @@ def _fit_curve(points: Mapping[str, Sequence[tuple[float, float]]], roles: LoadR
             curve.throughput[metric] = _fit_throughput(r, v)
         elif len(r) >= OWN_SHAPE_RATES:
             curve.latency[metric] = _fit_latency(r, v, capacity, _SCALES)
-        elif len(r) >= OWN_TERMS_RATES:
-            curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,))
         else:
-            shape = (shapes or {}).get(metric)
+            shape = None if len(r) >= OWN_TERMS_RATES else (shapes or {}).get(metric)
             curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,), shape)
     return curve
 
@@ -424,8 +422,7 @@ class LoadCurves:
               ) -> ConfigCurve | None:
         if self.roles.rate not in workload:
             return None
-        return self.curves_.get(config_key(config, workload, self.roles.rate,
-                                           getattr(self, "unvaried_", frozenset())))
+        return self.curves_.get(config_key(config, workload, self.roles.rate, self.unvaried_))
 
     def predict(self, config: Mapping[str, Any], workload: Mapping[str, float],
                 metric: str) -> tuple[float, float, float] | None:
