@@ -53,7 +53,7 @@ from advisor.evaluation import audit_store_trials
 from advisor.failure_gate import check_threshold, evaluate_store
 from advisor.headroom import Headroom
 from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
-from advisor.model_config import describe, shape_option, unmeasured_shape
+from advisor.model_config import check_takes_model, describe, shape_option, unmeasured_shape
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import check_model, known_model, resolve_workload
@@ -815,6 +815,8 @@ def recommend_cmd(
     """
     tgt = get_target(target)
     hw = None if hardware == "any" else hardware_key() if hardware == "this" else hardware
+    if model_config is not None:
+        check_takes_model(tgt)
     shape = shape_option(model, model_config)
     model = model if shape is None else shape.name
     settings = _settings()

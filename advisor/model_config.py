@@ -15,11 +15,13 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.errors import InputError
+from advisor.errors import InputError, WorkloadError
 from knowledge import TrialFilter, TrialStatus, TrialStore
+from objectives.target import Target
 from objectives.llm.shapes import ShapeFeatures, features_of, load_model_config, shape_features
 
-__all__ = ["UnmeasuredShape", "describe", "model_option", "shape_option", "unmeasured_shape"]
+__all__ = ["UnmeasuredShape", "check_takes_model", "describe", "model_option", "shape_option",
+           "unmeasured_shape"]
 
 
 def shape_option(model: str | None, model_config: str | None) -> ShapeFeatures | None:
@@ -36,6 +38,14 @@ def shape_option(model: str | None, model_config: str | None) -> ShapeFeatures |
             raise InputError(f"--model {model} and --model-config {model_config} name different "
                              f"shapes (the config is {shape.name}); give one of them")
     return shape
+
+
+def check_takes_model(target: Target, option: str = "--model-config") -> None:
+    """Raise :class:`WorkloadError` when ``target``'s workloads take no ``model`` (a model
+    shape means nothing to them: a vector index, say)."""
+    if "model" not in target.default_workload().params:
+        raise WorkloadError(f"{option} applies to targets whose workloads serve a model; "
+                         f"{target.name} takes none")
 
 
 def model_option(model: str | None, model_config: str | None) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, SLOParseError
 from advisor.headroom import bound_margin
 from advisor.inputs import requested_slo
 from advisor.model_config import UnmeasuredShape
@@ -204,6 +204,9 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
     rule = requested_slo(slo)
     rule.check_metrics(gap.target, engine.reported_metrics())
     goal = Objective.parse(objective or engine.default_objective)
+    if goal.metric not in engine.reported_metrics():
+        raise SLOParseError(f"target {gap.target!r} does not report the objective metric "
+                            f"{goal.metric!r}")
     default = engine.space().default_config()
     asked = {k: float(v) for k, v in workload.items()}
     groups = [g for g in shape_groups(store, gap.target, gap.hardware_key, default)

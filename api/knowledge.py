@@ -31,10 +31,14 @@ from advisor.errors import (
     UnknownTargetError,
     WorkloadError,
 )
+from advisor.model_config import check_takes_model, unmeasured_shape
 from advisor.recommend import RecommendationQuery, recommend
+from advisor.recommend_shape import extrapolate_shape
 from api.schemas import CheatSheetValuePublic, RecommendationPublic
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache, data_key
+from objectives.registry import get_target
+from objectives.llm.shapes import ShapeFeatures, features_of, fields_text, parse_config
 
 __all__ = ["Knowledge"]
 
@@ -183,14 +187,21 @@ class Knowledge:
 
     def recommend(self, query: Mapping[str, Any]) -> bytes:
         """The answer to one SLO question (the fields of ``RecommendationCreate``) as
-        ``RecommendationPublic`` JSON."""
+        ``RecommendationPublic`` JSON. With ``hf_config`` (a Hugging Face config's fields) the
+        shape it describes is the model; a shape no trial measured on the asked hardware is
+        answered from the measured shapes (``advisor/recommend_shape.py``), as the CLI's
+        ``recommend --model-config`` does."""
+        shape = _shape_of(query)
         q = RecommendationQuery(target=query["target"], slo=query["slo"],
-                                hardware=query.get("hardware"), model=query.get("model"),
+                                hardware=query.get("hardware"),
+                                model=query.get("model") if shape is None else shape.name,
                                 workload=dict(query.get("workload") or {}),
-                                objective=query.get("objective"))
+                                objective=query.get("objective"),
+                                model_shape=None if shape is None else shape.to_dict())
 
         def compute(models: KnowledgeModels) -> bytes:
-            raw = recommend(self.store, q, models=models).to_dict()
+            raw = (_unmeasured_shape_answer(self.store, query, shape) if shape is not None
+                   else None) or recommend(self.store, q, models=models).to_dict()
             return _json(RecommendationPublic, {
                 "status": raw["status"], "answer": raw.get("answer", "none"),
                 "baseline": raw.get("baseline"), "basis": raw.get("basis", "model"),
@@ -255,3 +266,38 @@ def _key(query: Mapping[str, Any]) -> str:
 def _json(model: type[BaseModel], data: dict[str, Any]) -> bytes:
     """``data`` validated by its public schema, serialised once (answers are served as bytes)."""
     return model.model_validate(data).model_dump_json().encode()
+
+
+def _shape_of(query: Mapping[str, Any]) -> ShapeFeatures | None:
+    """The shape ``hf_config`` describes (None without it); a config naming another shape than
+    ``model`` is refused (:class:`WorkloadError`, 422), as the CLI refuses the pair."""
+    fields = query.get("hf_config")
+    if fields is None:
+        return None
+    check_takes_model(get_target(query["target"]), "`hf_config`")
+    shape = features_of(parse_config(fields, where="hf_config"))
+    model = query.get("model")
+    if model is not None and model != shape.name:
+        raise WorkloadError(f"`model` {model} and `hf_config` name different shapes (the "
+                            f"config is {shape.name}); give one of them")
+    return shape
+
+
+def _unmeasured_shape_answer(store: TrialStore, query: Mapping[str, Any],
+                             shape: ShapeFeatures) -> dict[str, Any] | None:
+    """The answer for a shape no complete trial of the target measured on the asked hardware
+    (carried from the measured shapes, or why not), or None when it was measured (then the
+    fitted models answer). The ``advisor tune`` command it names spells the config out as
+    ``--model-config KEY=VALUE,...`` fields, runnable without the file."""
+    fields = fields_text(parse_config(query["hf_config"], where="hf_config"))
+    gap = unmeasured_shape(store, target=query["target"], hardware=query.get("hardware"),
+                           shape=shape, model_config=fields, slo=query["slo"])
+    if gap is None:
+        return None
+    workload = {k: v for k, v in (query.get("workload") or {}).items()
+                if isinstance(v, int | float) and not isinstance(v, bool)}
+    answer = extrapolate_shape(store, gap, slo=query["slo"], objective=query.get("objective"),
+                               workload=workload)
+    raw = {"slo": query["slo"], "objective": query.get("objective"), **answer.to_dict()}
+    raw.setdefault("confidence_reason", raw.get("reason"))
+    return raw

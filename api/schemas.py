@@ -78,6 +78,12 @@ class RecommendationCreate(BaseModel):
          "objective": "maximize:qps", "hardware": "cpu"},
         {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
          "model": "llama-3-8b", "workload": {"class": "chat", "rate_rps": 8}},
+        {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
+         "hf_config": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+                       "num_hidden_layers": 28, "num_attention_heads": 28,
+                       "num_key_value_heads": 4, "vocab_size": 152064,
+                       "max_position_embeddings": 32768, "torch_dtype": "bfloat16"},
+         "workload": {"class": "chat", "rate_rps": 30}},
     ]})
 
     target: str = Field(min_length=1, max_length=64, pattern=_NAME,
@@ -95,11 +101,23 @@ class RecommendationCreate(BaseModel):
     workload: dict[str, Any] = Field(default_factory=dict, max_length=32,
                                      description="workload class and parameters, e.g. "
                                                  '`{"class": "chat", "rate_rps": 8}`')
+    hf_config: dict[str, Any] | None = Field(
+        default=None, max_length=200,
+        description="LLM targets: the fields of a Hugging Face `config.json` (the JSON object "
+                    "itself) of a dense decoder, instead of or beside `model`: its shape is the "
+                    "model. A shape never measured on the asked hardware is answered from the "
+                    "measured shapes' load curves, labelled `basis: extrapolation` with widened "
+                    "intervals, or `not_covered` with the reason and the `advisor tune` command")
 
     @field_validator("workload")
     @classmethod
     def _workload_numbers(cls, value: dict[str, Any]) -> dict[str, Any]:
         return _bounded(value, "workload")
+
+    @field_validator("hf_config")
+    @classmethod
+    def _config_numbers(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _bounded(value, "hf_config")
 
 
 class RecommendationPublic(BaseModel):
@@ -115,8 +133,11 @@ class RecommendationPublic(BaseModel):
         default=None, description="the best candidate against the engine default at this "
                                   "workload: `basis` (paired / default_repeats / margin / ...), "
                                   "`reason`, the default's figures, `gain` and `threshold`")
-    basis: str = Field(description="`model` (fitted models over stored trials) or `measured` "
-                                   "(best measured trial only, no prediction)")
+    basis: str = Field(description="`model` (fitted models over stored trials), `measured` "
+                                   "(best measured trial only, no prediction) or "
+                                   "`extrapolation` (an unmeasured model shape, predicted from "
+                                   "the measured shapes; `raw` has its position and the "
+                                   "held-out-shape errors)")
     target: str
     slo: str
     objective: str | None = None

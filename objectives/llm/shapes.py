@@ -30,7 +30,7 @@ import yaml
 from advisor.errors import WorkloadError
 
 __all__ = ["ARCHITECTURES", "KV_DTYPE_BYTES", "ShapeFeatures", "config_from_name", "features_of",
-           "is_canonical_name", "load_model_config", "parse_config", "shape_features",
+           "fields_text", "is_canonical_name", "load_model_config", "parse_config", "shape_features",
            "shape_name"]
 
 #: Supported architectures -> their ``model_type`` (the name's family prefix).
@@ -295,6 +295,21 @@ def shape_name(config: Mapping[str, Any]) -> str:
         if _canonical(parse_config(builtin, where=name)) == canonical:
             return name
     return canonical
+
+
+#: The fields of a checked config that decide its shape (what :func:`_canonical` spells out).
+_SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+               "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
+               "sliding_window", "torch_dtype")
+
+
+def fields_text(config: Mapping[str, Any]) -> str:
+    """The shape-deciding fields of a checked config as ``KEY=VALUE,...`` text, which
+    :func:`load_model_config` reads back to the same shape (a command line that names a shape
+    without its file)."""
+    return ",".join(f"{k}={str(config[k]).lower() if isinstance(config[k], bool) else config[k]}"
+                    for k in _SHAPE_KEYS if config.get(k) is not None)
 
 
 def is_canonical_name(name: str) -> bool:

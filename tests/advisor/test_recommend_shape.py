@@ -90,3 +90,59 @@ def test_without_a_rate_the_precise_gap_answer_stands(env: dict[str, str]) -> No
     answer = json.loads(run.stdout)
     assert answer["basis"] == "none" and set(answer["measured_models"]) == SHAPES
     assert "ask at a rate (--rate-rps)" in answer["reason"]
+
+
+def test_the_rest_api_answers_for_a_config_json_s_fields(env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """``POST /v1/recommendations`` with ``hf_config`` (the config.json object itself) answers
+    as ``recommend --model-config`` does: the same labelled prediction, a tune command naming
+    the shape by its fields, and a one-line 422 for a broken config."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from advisor.settings import Settings
+    from api import create_app
+
+    fields = json.loads((CONFIGS / "qwen2.5-7b" / "config.json").read_text())
+    settings = Settings(db_url=env["ADVISOR_DB_URL"], cache_dir=tmp_path / "cache",
+                        import_shipped=False, api_refresh_interval_s=0)
+    body = {"target": "vllm", "slo": SLO, "hardware": "h200", "hf_config": fields,
+            "workload": {"class": "chat", "rate_rps": 30}}
+    with TestClient(create_app(settings)) as api:
+        resp = api.post("/v1/recommendations", json=body)
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        cli = json.loads(recommend("qwen2.5-7b", env, "--rate-rps", "30", "--json").stdout)
+        assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
+        assert answer["answer"] == "keep_defaults" and answer["config"] == cli["config"]
+        assert answer["predicted"] == cli["predicted"]
+        assert answer["raw"]["shape_position"] == "interpolation"
+        tune = answer["tune_command"]
+        assert tune.startswith("advisor tune --target vllm --model-config ")
+        assert "model_type=qwen2" in tune and "hidden_size=3584" in tune
+        # The shape's own name as `model` is the same question; another shape's is refused.
+        same = api.post("/v1/recommendations", json={**body, "model": cli["model"]})
+        assert same.status_code == 200 and same.json()["predicted"] == answer["predicted"]
+        other = api.post("/v1/recommendations", json={**body, "model": "llama-3-8b"})
+        assert other.status_code == 422 and "different shapes" in other.json()["error"]["message"]
+        broken = api.post("/v1/recommendations",
+                          json={**body, "hf_config": {**fields, "num_key_value_heads": 5}})
+        assert broken.status_code == 422, broken.text
+        assert "must divide" in broken.json()["error"]["message"]
+        for wrong, why in (({"target": "faiss"}, "takes none"),
+                           ({"objective": "maximize:qps"}, "objective metric")):
+            refused = api.post("/v1/recommendations", json={**body, **wrong})
+            assert refused.status_code == 422, refused.text
+            assert why in refused.json()["error"]["message"]
+        # Without a rate: the precise gap answer, as the CLI gives it.
+        gap = api.post("/v1/recommendations", json={**body, "workload": {}})
+        assert gap.status_code == 200, gap.text
+        assert gap.json()["status"] == "not_covered" and gap.json()["slo"] == SLO
+        assert "ask at a rate" in gap.json()["message"]
+        # A measured shape given by its fields is answered by the fitted models.
+        measured = api.post("/v1/recommendations", json={
+            **body, "hf_config": json.loads((CONFIGS / "llama-3.2-3b" / "config.json")
+                                            .read_text())})
+        assert measured.status_code == 200, measured.text
+        assert measured.json()["basis"] == "model"
+        assert measured.json()["raw"]["model"] in SHAPES

@@ -98,16 +98,21 @@ def _json_docs(out: str) -> list[Any]:
 
 def test_the_docs_have_the_examples_the_issue_asks_for() -> None:
     blocks = _curl_blocks()
-    assert len(blocks) == 5
-    assert "/v1/recommendations" in blocks[0] and "/v1/cheatsheet/value" in blocks[1]
-    assert "/cancel" in blocks[3] and "Authorization" not in blocks[4]
+    assert len(blocks) == 6
+    assert "/v1/recommendations" in blocks[0] and "hf_config" in blocks[1]
+    assert "/v1/cheatsheet/value" in blocks[2]
+    assert "/cancel" in blocks[4] and "Authorization" not in blocks[5]
 
 
 def test_docs_examples_run_against_a_live_server(server: dict[str, Any]) -> None:
-    recommend, value, sheet, study, refused = _curl_blocks()
+    recommend, shape, value, sheet, study, refused = _curl_blocks()
     answer = json.loads(_run(recommend, server))
     assert answer["status"] in ("recommended", "no_feasible_config", "not_covered")
     assert answer["target"] == "vllm"
+    carried = json.loads(_run(shape, server))  # Qwen2.5-7B: never measured, between 3B and 8B
+    assert carried["basis"] == "extrapolation", carried
+    assert carried["raw"]["shape_position"] == "interpolation"
+    assert carried["status"] in ("recommended", "no_feasible_config")
     knob = json.loads(_run(value, server))
     assert knob["knob"] == "max_num_seqs" and knob["target"] == "vllm"
     assert isinstance(knob["value"], int) and knob["row"]["tier"] == "throughput"
