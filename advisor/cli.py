@@ -897,7 +897,10 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
     out.print(f"  {_compact(rec.config or {})}")
     if (versus := baseline_text(rec.baseline)) is not None:
         out.print(versus)
-    table = Table(title="predicted by the surrogate models (90% intervals) - not measured")
+    curved = [m for m, q in rec.model_quality.items() if q.get("basis")]
+    table = Table(title="predicted (90% intervals) - not measured: "
+                        + ("from this config's load curve" if curved
+                           else "by the surrogate models"))
     for c in ("metric", "predicted", "SLO", "conservative margin"):
         table.add_column(c)
     bounds = {b.metric: b for b in rec.slo.bounds}
@@ -953,11 +956,13 @@ def _print_evidence(rec: ModelRecommendation) -> None:
               + f" (engine {ctx.get('engine_version')}); candidates: "
               f"{rec.candidates_considered}, predicted feasible: {rec.candidates_feasible}.")
     if rec.model_quality:
-        q = Table(title="model quality (grouped cross-validation on stored trials)")
-        for c in ("metric", "MAPE", "90% interval coverage", "trials"):
+        q = Table(title="model quality (held out: grouped cross-validation on stored trials; "
+                        "a load curve's rates one at a time, in the asked rate's load band)")
+        for c in ("metric", "MAPE", "held out", "90% interval coverage", "trials"):
             q.add_column(c)
         for m, v in rec.model_quality.items():
             q.add_row(m, f"{v['mape']:.1%}" if v.get("mape") is not None else "-",
+                      "rates (load curve)" if v.get("basis") else "configs (surrogate)",
                       f"{v['interval_coverage']:.0%}" if v.get("interval_coverage") is not None
                       else "-", str(v.get("n")))
         out.print(q)

@@ -40,6 +40,7 @@ from advisor.presets import known_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.failures import StartFacts, start_workload_features
+from knowledge.load_curve import HEAVY_LOAD
 from knowledge.surrogate import (
     ContextModels,
     WorkloadPoint,
@@ -638,6 +639,25 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
             else command)
 
 
+def _curve_quality(ctx: ContextModels, config: Mapping[str, Any],
+                   features: Mapping[str, float], metrics: list[str]
+                   ) -> dict[str, dict[str, Any]]:
+    """:func:`_quality` of ``metrics`` with, for each that ``config``'s load curve predicts, the
+    curves' own held-out error (rates held out one at a time, in the asked rate's load band) in
+    place of the knob-level surrogate's (configs held out whole): the answer's figures come
+    from the curve, so its accuracy is the curve's."""
+    curves = ctx.load_curves
+    out = _quality(ctx, metrics)
+    if curves is None:
+        return out
+    for metric in metrics:
+        held = curves.held_out_error(config, features, metric)
+        if held is not None:
+            out[metric] = {"mape": held[0], "n": held[1], "interval_coverage": None,
+                           "basis": "load curve, each rate held out in turn"}
+    return out
+
+
 def _quality(ctx: ContextModels, metrics: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for m in metrics:
@@ -753,6 +773,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
     config = configs[best]
     notes.extend(_curve_notes(ctx, config, features))
+    base["model_quality"] = quality = _curve_quality(ctx, config, features, needed)
     evidence = _evidence(ctx, config, features, slo, needed)
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
     workload_spec = _workload_for_launch(nearest, features)
@@ -823,10 +844,19 @@ def _curve_notes(ctx: ContextModels, config: Mapping[str, Any], features: Mappin
         return []
     rate = features.get(curves.roles.rate)
     where = "seen in" if curve.seen else "borrowed from other configs; not reached in"
-    return [f"predicted from this config's measured load curve: capacity about "
-            f"{curve.capacity:.0f} req/s offered ({where} its measurements at "
-            f"{', '.join(f'{r:g}' for r in curve.rates)} req/s)"
-            + (f", utilisation {rate / curve.capacity:.0%} at {rate:g} req/s" if rate else "")]
+    notes = [f"predicted from this config's measured load curve: capacity about "
+             f"{curve.capacity:.0f} req/s offered ({where} its measurements at "
+             f"{', '.join(f'{r:g}' for r in curve.rates)} req/s)"
+             + (f", utilisation {rate / curve.capacity:.0%} at {rate:g} req/s" if rate else "")]
+    if rate and rate >= HEAVY_LOAD * curve.capacity:
+        # Measured: near capacity a longer run of the same arrivals reads a longer queue
+        # (docs/knowledge.md, "Measurement windows"); the curve knows the short runs only.
+        notes.append(f"near capacity ({rate / curve.capacity:.0%}): the measurements behind "
+                     "this curve each offered their arrivals for a short window; a load "
+                     "sustained for longer queues longer than they show, so the latency at "
+                     "this rate may be higher than predicted (docs/knowledge.md, measurement "
+                     "windows)")
+    return notes
 
 
 def _without_predicted_failures(store: TrialStore, ctx: ContextModels,
@@ -917,17 +947,20 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     if verdict.answer != "keep_defaults" or verdict.basis == "is_default":
         return replace(rec, answer=verdict.answer, baseline=verdict)
     evidence = _evidence(ctx, default, features, slo, needed)
-    confidence, reason = _confidence(ctx, evidence, rec.model_quality, distance, inside, slo,
-                                     needed)
+    quality = _curve_quality(ctx, default, features, needed)
+    confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
     try:
         launch = engine.launch_command(default, Workload.from_spec(
             _workload_for_launch(nearest, features)))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
+    # The notes on the candidate's load curve give way to the default's.
+    stale = set(_curve_notes(ctx, rec.config or {}, features))
+    notes = (*(n for n in rec.notes if n not in stale), *_curve_notes(ctx, default, features))
     return replace(rec, answer="keep_defaults", baseline=verdict, config=default,
                    predicted=_predicted(pred, 0), conservative_margins=conservative,
                    evidence=tuple(evidence), launch_command=launch, confidence=confidence,
-                   confidence_reason=reason)
+                   confidence_reason=reason, model_quality=quality, notes=notes)
 
 
 def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,
@@ -999,7 +1032,9 @@ def _confidence(ctx: ContextModels, evidence: list[EvidenceTrial],
     facts.append("workload measured" if distance <= SAME_WORKLOAD else
                  f"workload borrowed from a measured one {math.exp(distance):.2f}x away"
                  + ("" if inside else " (outside the measured range)"))
-    facts.append(f"worst cross-validated MAPE of {', '.join(metrics)}: "
+    curve = any(q.get("basis") for q in quality.values())
+    facts.append(f"worst {'held-out-rate' if curve else 'cross-validated'} MAPE of "
+                 f"{', '.join(metrics)}" + (" (load curve)" if curve else "") + ": "
                  + (f"{worst:.1%}" if worst is not None else "unknown"))
     reason = "; ".join(facts)
     good_models = worst is not None and worst <= 0.15

@@ -374,6 +374,7 @@ class LoadCurves:
         light load, and a curve through two rates errs far more than one through seven."""
         rate = self.roles.rate
         errors: dict[tuple[str, int, int], list[float]] = {}
+        relative: dict[tuple[str, int], list[float]] = {}
         repeats: dict[tuple[str, int], list[float]] = {}
         for key, rows in groups.items():
             full = self.curves_.get(key)
@@ -397,6 +398,14 @@ class LoadCurves:
                         continue
                     errors.setdefault((m, band, support), []).extend(
                         abs(math.log(v / float(pred[0]))) for v in vals)
+                    relative.setdefault((m, band), []).extend(
+                        abs(float(pred[0]) - v) / v for v in vals)
+        # The same leave-one-rate-out errors as MAPE per load band (and how many trials): the
+        # accuracy an answer read off a curve quotes, rather than the knob-level surrogate's,
+        # which is scored on configs held out whole.
+        self.rate_error_: dict[str, dict[int, tuple[float, int]]] = {}
+        for (m, band), errs in relative.items():
+            self.rate_error_.setdefault(m, {})[band] = (float(np.mean(errs)), len(errs))
         self.half_width_: dict[str, dict[tuple[int, int], float]] = {}
         for m in self.metrics_:
             widths: dict[tuple[int, int], float] = {}
@@ -438,6 +447,18 @@ class LoadCurves:
         half = self._half_width(metric, _band(rate, curve.capacity), _support(len(curve.rates)))
         v = float(value[0])
         return v, v * math.exp(-half), v * math.exp(half)
+
+    def held_out_error(self, config: Mapping[str, Any], workload: Mapping[str, float],
+                       metric: str) -> tuple[float, int] | None:
+        """(MAPE, trials) of this context's curves at a rate held out of them, in the load band
+        ``config``'s curve puts the asked rate in (leave one rate of one config out, as the
+        intervals are calibrated); None where no curve of ``config`` models ``metric``."""
+        curve = self.curve(config, workload)
+        if curve is None or metric not in curve.latency and metric not in curve.throughput:
+            return None
+        bands = getattr(self, "rate_error_", {}).get(metric, {})
+        band = _band(float(workload[self.roles.rate]), curve.capacity)
+        return bands.get(band) or (max(bands.values()) if bands else None)
 
     def capacities(self) -> dict[str, tuple[float, bool]]:
         """Config key -> (capacity in offered requests/s, seen in its own data)."""

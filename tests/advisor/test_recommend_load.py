@@ -50,6 +50,10 @@ def test_inside_the_measured_region_a_config_is_recommended(h200: H200, model: s
     for metric, p in rec.predicted.items():
         assert p.low <= p.value <= p.high, metric
     assert any("load curve" in n for n in rec.notes)
+    # Its accuracy is the curve's at held-out rates, not the surrogate's on held-out configs.
+    ttft = rec.model_quality["ttft_p95_ms"]
+    assert ttft["basis"].startswith("load curve") and 0 < ttft["mape"] < 1 and ttft["n"] > 0
+    assert "held-out-rate MAPE" in rec.confidence_reason
     # The engine default was measured here and meets the SLO: it is the answer or was beaten
     # beyond the noise.
     assert rec.baseline is not None
@@ -71,6 +75,28 @@ def test_above_every_capacity_is_not_covered_and_says_why(h200: H200) -> None:
     # measured past it (the curves hold the backlog measured there; the SLO decides).
     assert ask(h200, "llama-3-8b", round(top * 0.9)).status != "not_covered"
     assert ask(h200, "llama-3-8b", highest).status != "not_covered"
+
+
+def test_near_capacity_the_answer_warns_that_a_sustained_load_queues_longer(h200: H200) -> None:
+    """Curves fitted on short measurement windows understate a sustained queue near capacity
+    (measured: docs/knowledge.md, measurement windows); an answer there says so, one at light
+    load does not."""
+    store, models = h200
+    ctx = next(c for c in models.for_target("vllm") if c.key.model == "llama-3-8b")
+    assert ctx.load_curves is not None
+    highest = max(max(c.rates) for c in ctx.load_curves.curves_.values() if c.seen)
+
+    def notes(rate: float) -> list[str]:
+        rec = recommend(store, RecommendationQuery(
+            target="vllm", slo="tpot_p95_ms<=1000", hardware="h200", model="llama-3-8b",
+            workload={"rate_rps": rate}), models=models, drop_predicted_failures=False)
+        assert rec.status == "recommended", rec.confidence_reason
+        return list(rec.notes)
+
+    assert any("sustained for longer queues longer" in n for n in notes(highest))
+    light = notes(15.0)
+    assert any("load curve" in n for n in light)
+    assert not any("sustained" in n for n in light)
 
 
 def test_the_default_matches_its_trials_from_before_and_after_a_knob_was_added() -> None:

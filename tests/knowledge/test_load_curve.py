@@ -117,6 +117,29 @@ def test_intervals_cover_fresh_measurements_at_unmeasured_rates() -> None:
     assert inside / total >= 0.8
 
 
+def test_the_held_out_rate_error_is_kept_per_load_band_and_grows_with_noise() -> None:
+    """What an answer read off a curve quotes as its accuracy: the leave-one-rate-out MAPE in
+    the asked rate's load band; more measurement noise, more error; none for an unmeasured
+    config or a metric without curves."""
+    def error(noise: float, rate: float) -> tuple[float, int]:
+        configs, workloads, measured = rows(noise, seed=2)
+        curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+        held = curves.held_out_error({"knob": "a"}, {"rate_rps": rate, "prompt_len": 256.0},
+                                     "ttft_p95_ms")
+        assert held is not None
+        assert curves.held_out_error({"knob": "c"}, {"rate_rps": rate, "prompt_len": 256.0},
+                                     "ttft_p95_ms") is None
+        assert curves.held_out_error({"knob": "a"}, {"rate_rps": rate, "prompt_len": 256.0},
+                                     "goodput_requests_per_s") is None
+        return held
+
+    light, n = error(0.02, 20.0)
+    assert n > 0 and 0 < light < 0.2
+    assert error(0.3, 20.0)[0] > light
+    # The queue's onset and the backlog are harder to place than the flat part.
+    assert error(0.02, 80.0)[0] > light
+
+
 def test_a_config_with_few_rates_borrows_the_shape() -> None:
     configs, workloads, measured = rows(0.05, seed=2)
     # Config "b" measured at three rates only.
