@@ -17,8 +17,8 @@ from typing import Any
 
 from advisor.errors import InputError, WorkloadError
 from knowledge import TrialFilter, TrialStatus, TrialStore
-from objectives.target import Target
 from objectives.llm.shapes import ShapeFeatures, features_of, load_model_config, shape_features
+from objectives.target import Target
 
 __all__ = ["UnmeasuredShape", "check_takes_model", "describe", "model_option", "shape_option",
            "unmeasured_shape"]

@@ -37,8 +37,8 @@ from advisor.recommend_shape import extrapolate_shape
 from api.schemas import CheatSheetValuePublic, RecommendationPublic
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache, data_key
-from objectives.registry import get_target
 from objectives.llm.shapes import ShapeFeatures, features_of, fields_text, parse_config
+from objectives.registry import get_target
 
 __all__ = ["Knowledge"]
 

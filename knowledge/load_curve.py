@@ -454,7 +454,7 @@ class LoadCurves:
         ``config``'s curve puts the asked rate in (leave one rate of one config out, as the
         intervals are calibrated); None where no curve of ``config`` models ``metric``."""
         curve = self.curve(config, workload)
-        if curve is None or metric not in curve.latency and metric not in curve.throughput:
+        if curve is None or (metric not in curve.latency and metric not in curve.throughput):
             return None
         bands = getattr(self, "rate_error_", {}).get(metric, {})
         band = _band(float(workload[self.roles.rate]), curve.capacity)

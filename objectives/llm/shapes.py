@@ -30,8 +30,8 @@ import yaml
 from advisor.errors import WorkloadError
 
 __all__ = ["ARCHITECTURES", "KV_DTYPE_BYTES", "ShapeFeatures", "config_from_name", "features_of",
-           "fields_text", "is_canonical_name", "load_model_config", "parse_config", "shape_features",
-           "shape_name"]
+           "fields_text", "is_canonical_name", "load_model_config", "parse_config",
+           "shape_features", "shape_name"]
 
 #: Supported architectures -> their ``model_type`` (the name's family prefix).
 ARCHITECTURES: dict[str, str] = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
