@@ -45,7 +45,7 @@ def check_takes_model(target: Target, option: str = "--model-config") -> None:
     shape means nothing to them: a vector index, say)."""
     if "model" not in target.default_workload().params:
         raise WorkloadError(f"{option} applies to targets whose workloads serve a model; "
-                         f"{target.name} takes none")
+                            f"{target.name} takes none")
 
 
 def model_option(model: str | None, model_config: str | None) -> str | None:
