@@ -65,6 +65,9 @@ class Knowledge:
         self._warm_error: AdvisorError | None = None
         self._sheets: OrderedDict[tuple[Any, ...], CheatSheet] = OrderedDict()
         self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
+        #: Unmeasured-shape answers with the store version they were computed on.
+        self._shape_answers: OrderedDict[tuple[str, str], tuple[Any, bytes | None]] = (
+            OrderedDict())
 
     # cache -----------------------------------------------------------------------------------
 
@@ -192,6 +195,8 @@ class Knowledge:
         answered from the measured shapes (``advisor/recommend_shape.py``), as the CLI's
         ``recommend --model-config`` does."""
         shape = _shape_of(query)
+        if shape is not None and (answer := self._shape_answer(query, shape)) is not None:
+            return answer
         q = RecommendationQuery(target=query["target"], slo=query["slo"],
                                 hardware=query.get("hardware"),
                                 model=query.get("model") if shape is None else shape.name,
@@ -200,22 +205,27 @@ class Knowledge:
                                 model_shape=None if shape is None else shape.to_dict())
 
         def compute(models: KnowledgeModels) -> bytes:
-            raw = (_unmeasured_shape_answer(self.store, query, shape) if shape is not None
-                   else None) or recommend(self.store, q, models=models).to_dict()
-            return _json(RecommendationPublic, {
-                "status": raw["status"], "answer": raw.get("answer", "none"),
-                "baseline": raw.get("baseline"), "basis": raw.get("basis", "model"),
-                "target": raw["target"], "slo": raw["slo"], "objective": raw.get("objective"),
-                "config": raw.get("config"), "predicted": raw.get("predicted") or {},
-                "evidence": raw.get("evidence"), "launch_command": raw.get("launch_command"),
-                "confidence": raw.get("confidence"),
-                "borrowed_workload": raw.get("borrowed_workload"),
-                "quality_headroom": raw.get("quality_headroom") or {},
-                "tune_command": raw.get("tune_command"),
-                "message": raw.get("confidence_reason"), "raw": raw,
-            })
+            return _public(recommend(self.store, q, models=models).to_dict())
 
         return self._answer("recommend", query, compute)
+
+    def _shape_answer(self, query: Mapping[str, Any], shape: ShapeFeatures) -> bytes | None:
+        """The answer for a shape no trial of the target measured on the asked hardware, or
+        None when it was measured (the fitted models answer then). It needs no fitted models,
+        so a fresh service answers it at once; it is cached until the store gains trials."""
+        version = data_key(self.store)
+        cache_key = ("recommend-shape", _key(query))
+        with self._lock:
+            hit = self._shape_answers.get(cache_key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        raw = _unmeasured_shape_answer(self.store, query, shape)
+        answer = None if raw is None else _public(raw)
+        with self._lock:
+            self._shape_answers[cache_key] = (version, answer)
+            while len(self._shape_answers) > _MAX_ANSWERS:
+                self._shape_answers.popitem(last=False)
+        return answer
 
     # cheat-sheet -----------------------------------------------------------------------------
 
@@ -266,6 +276,22 @@ def _key(query: Mapping[str, Any]) -> str:
 def _json(model: type[BaseModel], data: dict[str, Any]) -> bytes:
     """``data`` validated by its public schema, serialised once (answers are served as bytes)."""
     return model.model_validate(data).model_dump_json().encode()
+
+
+def _public(raw: dict[str, Any]) -> bytes:
+    """A recommender's answer (``to_dict()``) as ``RecommendationPublic`` JSON."""
+    return _json(RecommendationPublic, {
+        "status": raw["status"], "answer": raw.get("answer", "none"),
+        "baseline": raw.get("baseline"), "basis": raw.get("basis", "model"),
+        "target": raw["target"], "slo": raw["slo"], "objective": raw.get("objective"),
+        "config": raw.get("config"), "predicted": raw.get("predicted") or {},
+        "evidence": raw.get("evidence"), "launch_command": raw.get("launch_command"),
+        "confidence": raw.get("confidence"),
+        "borrowed_workload": raw.get("borrowed_workload"),
+        "quality_headroom": raw.get("quality_headroom") or {},
+        "tune_command": raw.get("tune_command"),
+        "message": raw.get("confidence_reason"), "raw": raw,
+    })
 
 
 def _shape_of(query: Mapping[str, Any]) -> ShapeFeatures | None:

@@ -41,8 +41,15 @@ def recommend(model: str, env: dict[str, str], *extra: str) -> subprocess.Comple
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_qwen_7b_is_answered_as_a_labelled_prediction(env: dict[str, str]) -> None:
-    run = recommend("qwen2.5-7b", env, "--rate-rps", "30", "--json")
+@pytest.fixture(scope="module")
+def qwen_at_30(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``recommend --model-config qwen2.5-7b --rate-rps 30 --json``, run once per module."""
+    return recommend("qwen2.5-7b", env, "--rate-rps", "30", "--json")
+
+
+def test_qwen_7b_is_answered_as_a_labelled_prediction(
+        env: dict[str, str], qwen_at_30: subprocess.CompletedProcess[str]) -> None:
+    run = qwen_at_30
     assert run.returncode == 0, run.stdout + run.stderr
     answer = json.loads(run.stdout)
     assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
@@ -92,16 +99,19 @@ def test_without_a_rate_the_precise_gap_answer_stands(env: dict[str, str]) -> No
     assert "ask at a rate (--rate-rps)" in answer["reason"]
 
 
-def test_the_rest_api_answers_for_a_config_json_s_fields(env: dict[str, str],
-                                                         tmp_path: Path) -> None:
+def test_the_rest_api_answers_for_a_config_json_s_fields(
+        env: dict[str, str], tmp_path: Path, qwen_at_30: subprocess.CompletedProcess[str]
+        ) -> None:
     """``POST /v1/recommendations`` with ``hf_config`` (the config.json object itself) answers
-    as ``recommend --model-config`` does: the same labelled prediction, a tune command naming
-    the shape by its fields, and a one-line 422 for a broken config."""
+    as ``recommend --model-config`` does: the same labelled prediction (without waiting for the
+    surrogates to be fitted), a tune command naming the shape by its fields, and a one-line 422
+    for a broken config; a measured shape's fields go to the fitted models."""
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
     from advisor.settings import Settings
     from api import create_app
+    from api.knowledge import _shape_of, _unmeasured_shape_answer
 
     fields = json.loads((CONFIGS / "qwen2.5-7b" / "config.json").read_text())
     settings = Settings(db_url=env["ADVISOR_DB_URL"], cache_dir=tmp_path / "cache",
@@ -112,7 +122,7 @@ def test_the_rest_api_answers_for_a_config_json_s_fields(env: dict[str, str],
         resp = api.post("/v1/recommendations", json=body)
         assert resp.status_code == 200, resp.text
         answer = resp.json()
-        cli = json.loads(recommend("qwen2.5-7b", env, "--rate-rps", "30", "--json").stdout)
+        cli = json.loads(qwen_at_30.stdout)
         assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
         assert answer["answer"] == "keep_defaults" and answer["config"] == cli["config"]
         assert answer["predicted"] == cli["predicted"]
@@ -139,10 +149,9 @@ def test_the_rest_api_answers_for_a_config_json_s_fields(env: dict[str, str],
         assert gap.status_code == 200, gap.text
         assert gap.json()["status"] == "not_covered" and gap.json()["slo"] == SLO
         assert "ask at a rate" in gap.json()["message"]
-        # A measured shape given by its fields is answered by the fitted models.
-        measured = api.post("/v1/recommendations", json={
-            **body, "hf_config": json.loads((CONFIGS / "llama-3.2-3b" / "config.json")
-                                            .read_text())})
-        assert measured.status_code == 200, measured.text
-        assert measured.json()["basis"] == "model"
-        assert measured.json()["raw"]["model"] in SHAPES
+    # A measured shape given by its fields is the fitted models' question (no shape answer).
+    three_b = {**body, "hf_config": json.loads((CONFIGS / "llama-3.2-3b" / "config.json")
+                                               .read_text())}
+    shape = _shape_of(three_b)
+    assert shape is not None and shape.name in SHAPES
+    assert _unmeasured_shape_answer(TrialStore(env["ADVISOR_DB_URL"]), three_b, shape) is None
