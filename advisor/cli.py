@@ -53,7 +53,7 @@ from advisor.evaluation import audit_store_trials
 from advisor.failure_gate import check_threshold, evaluate_store
 from advisor.headroom import Headroom
 from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
-from advisor.model_config import check_takes_model, describe, shape_option, unmeasured_shape
+from advisor.model_config import check_takes_model, describe, shape_option
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import check_model, known_model, resolve_workload
@@ -66,7 +66,11 @@ from advisor.recommend import (
     recommend_measured,
     trial_model,
 )
-from advisor.recommend_shape import ShapeRecommendation, extrapolate_shape, shape_answer_lines
+from advisor.recommend_shape import (
+    ShapeRecommendation,
+    answer_unmeasured_shape,
+    shape_answer_lines,
+)
 from advisor.samplers import MAX_STARTUP, STARTUP_TRIALS
 from advisor.settings import Settings, default_db_url
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
@@ -752,12 +756,11 @@ def _answer_unmeasured_shape(store: TrialStore, target: str, hardware: str | Non
     carried from the shapes measured there (advisor/recommend_shape.py; exit 0 when it
     recommends, else 1 with the reason), or, with nothing to carry, the measured shapes and the
     tune command (exit 1). Returns when the shape was measured."""
-    gap = unmeasured_shape(store, target=target, hardware=hardware, shape=shape,
-                           model_config=model_config, slo=slo)
-    if gap is None:
+    answer = answer_unmeasured_shape(store, target=target, hardware=hardware, shape=shape,
+                                     model_config=model_config, slo=slo, objective=objective,
+                                     workload=workload or {})
+    if answer is None:
         return
-    answer = extrapolate_shape(store, gap, slo=slo, objective=objective,
-                               workload=workload or {})
     if isinstance(answer, ShapeRecommendation):
         if as_json:
             print_json(out, answer.to_dict())
@@ -765,11 +768,10 @@ def _answer_unmeasured_shape(store: TrialStore, target: str, hardware: str | Non
             for line in shape_answer_lines(answer):
                 out.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(0 if answer.found else 1)
-    gap = answer
     if as_json:
-        print_json(out, gap.to_dict())
+        print_json(out, answer.to_dict())
     else:
-        out.print(escape(gap.reason), highlight=False, soft_wrap=True)
+        out.print(escape(answer.reason), highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -897,7 +899,7 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
     out.print(f"  {_compact(rec.config or {})}")
     if (versus := baseline_text(rec.baseline)) is not None:
         out.print(versus)
-    curved = [m for m, q in rec.model_quality.items() if q.get("basis")]
+    curved = any(q.get("basis") for q in rec.model_quality.values())
     table = Table(title="predicted (90% intervals) - not measured: "
                         + ("from this config's load curve" if curved
                            else "by the surrogate models"))

@@ -772,7 +772,6 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     sign = 1.0 if objective.direction == "maximize" else -1.0
     best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
     config = configs[best]
-    notes.extend(_curve_notes(ctx, config, features))
     base["model_quality"] = quality = _curve_quality(ctx, config, features, needed)
     evidence = _evidence(ctx, config, features, slo, needed)
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
@@ -781,12 +780,15 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         launch = engine.launch_command(config, Workload.from_spec(workload_spec))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
-    return _model_versus_default(store, ctx, engine, ModelRecommendation(
+    answer = _model_versus_default(store, ctx, engine, ModelRecommendation(
         status="recommended", confidence=confidence, confidence_reason=reason, config=config,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
             slo, pred, best, headroom), evidence=tuple(evidence), launch_command=launch,
         notes=tuple(notes), **base), features=features, nearest=nearest, needed=needed,
         distance=distance, inside=inside)
+    # The notes on the load curve of the config answered (the default's, when it is kept).
+    return replace(answer, notes=(*answer.notes,
+                                  *_curve_notes(ctx, answer.config or {}, features)))
 
 
 def _default_as_measured(default: Mapping[str, Any], ctx: ContextModels) -> dict[str, Any]:
@@ -954,13 +956,10 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
             _workload_for_launch(nearest, features)))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
-    # The notes on the candidate's load curve give way to the default's.
-    stale = set(_curve_notes(ctx, rec.config or {}, features))
-    notes = (*(n for n in rec.notes if n not in stale), *_curve_notes(ctx, default, features))
     return replace(rec, answer="keep_defaults", baseline=verdict, config=default,
                    predicted=_predicted(pred, 0), conservative_margins=conservative,
                    evidence=tuple(evidence), launch_command=launch, confidence=confidence,
-                   confidence_reason=reason, model_quality=quality, notes=notes)
+                   confidence_reason=reason, model_quality=quality)
 
 
 def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,

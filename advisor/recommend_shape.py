@@ -17,7 +17,7 @@ from typing import Any
 from advisor.errors import AdvisorError, SLOParseError
 from advisor.headroom import bound_margin
 from advisor.inputs import requested_slo
-from advisor.model_config import UnmeasuredShape
+from advisor.model_config import UnmeasuredShape, unmeasured_shape
 from advisor.objective import Objective
 from advisor.recommend import PredictedMetric, Status, trial_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
@@ -35,8 +35,8 @@ from objectives.llm.shapes import KV_DTYPE_BYTES, ShapeFeatures, shape_features
 from objectives.registry import get_target
 from objectives.workload import Workload
 
-__all__ = ["MAX_BEYOND", "MIN_FREE_MEMORY", "ShapeRecommendation", "extrapolate_shape",
-           "measured_shape", "shape_answer_lines", "shape_groups"]
+__all__ = ["MAX_BEYOND", "MIN_FREE_MEMORY", "ShapeRecommendation", "answer_unmeasured_shape",
+           "extrapolate_shape", "measured_shape", "shape_answer_lines", "shape_groups"]
 
 #: How far outside the measured shapes' range (as a factor of the chosen feature) an answer may
 #: reach: the held-out errors calibrate steps of about 2.5x (1.24B -> 3.21B -> 8.03B).
@@ -304,6 +304,21 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
             status="no_feasible_config", reason=f"{label}; no transferred config's 90% "
             f"interval meets {rule}", **base)
     return ShapeRecommendation(status="recommended", reason=label, **base)
+
+
+def answer_unmeasured_shape(store: TrialStore, *, target: str, hardware: str | None,
+                            shape: ShapeFeatures, model_config: str, slo: str,
+                            objective: str | None, workload: Mapping[str, float]
+                            ) -> ShapeRecommendation | UnmeasuredShape | None:
+    """None when a complete trial of ``target`` on ``hardware`` served ``shape`` (the fitted
+    models answer then); else the answer carried from the shapes measured there
+    (:func:`extrapolate_shape`), or why there is none. ``model_config`` is how the asker gave
+    the shape, for the ``advisor tune`` command the answer names."""
+    gap = unmeasured_shape(store, target=target, hardware=hardware, shape=shape,
+                           model_config=model_config, slo=slo)
+    if gap is None:
+        return None
+    return extrapolate_shape(store, gap, slo=slo, objective=objective, workload=workload)
 
 
 def _launch(engine: Any, config: Mapping[str, Any], trial: TrialRecord, shape: ShapeFeatures,

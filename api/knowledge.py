@@ -31,9 +31,9 @@ from advisor.errors import (
     UnknownTargetError,
     WorkloadError,
 )
-from advisor.model_config import check_takes_model, unmeasured_shape
+from advisor.model_config import check_takes_model
 from advisor.recommend import RecommendationQuery, recommend
-from advisor.recommend_shape import extrapolate_shape
+from advisor.recommend_shape import answer_unmeasured_shape
 from api.schemas import CheatSheetValuePublic, RecommendationPublic
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache, data_key
@@ -194,8 +194,9 @@ class Knowledge:
         shape it describes is the model; a shape no trial measured on the asked hardware is
         answered from the measured shapes (``advisor/recommend_shape.py``), as the CLI's
         ``recommend --model-config`` does."""
-        shape = _shape_of(query)
-        if shape is not None and (answer := self._shape_answer(query, shape)) is not None:
+        given = _shape_of(query)
+        shape = None if given is None else given[0]
+        if given is not None and (answer := self._shape_answer(query, *given)) is not None:
             return answer
         q = RecommendationQuery(target=query["target"], slo=query["slo"],
                                 hardware=query.get("hardware"),
@@ -209,7 +210,8 @@ class Knowledge:
 
         return self._answer("recommend", query, compute)
 
-    def _shape_answer(self, query: Mapping[str, Any], shape: ShapeFeatures) -> bytes | None:
+    def _shape_answer(self, query: Mapping[str, Any], shape: ShapeFeatures,
+                      fields: str) -> bytes | None:
         """The answer for a shape no trial of the target measured on the asked hardware, or
         None when it was measured (the fitted models answer then). It needs no fitted models,
         so a fresh service answers it at once; it is cached until the store gains trials."""
@@ -219,7 +221,7 @@ class Knowledge:
             hit = self._shape_answers.get(cache_key)
         if hit is not None and hit[0] == version:
             return hit[1]
-        raw = _unmeasured_shape_answer(self.store, query, shape)
+        raw = _unmeasured_shape_answer(self.store, query, shape, fields)
         answer = None if raw is None else _public(raw)
         with self._lock:
             self._shape_answers[cache_key] = (version, answer)
@@ -294,36 +296,37 @@ def _public(raw: dict[str, Any]) -> bytes:
     })
 
 
-def _shape_of(query: Mapping[str, Any]) -> ShapeFeatures | None:
-    """The shape ``hf_config`` describes (None without it); a config naming another shape than
-    ``model`` is refused (:class:`WorkloadError`, 422), as the CLI refuses the pair."""
+def _shape_of(query: Mapping[str, Any]) -> tuple[ShapeFeatures, str] | None:
+    """The shape ``hf_config`` describes and its shape-deciding fields as ``KEY=VALUE,...``
+    text (None without it); a config naming another shape than ``model`` is refused
+    (:class:`WorkloadError`, 422), as the CLI refuses the pair."""
     fields = query.get("hf_config")
     if fields is None:
         return None
     check_takes_model(get_target(query["target"]), "`hf_config`")
-    shape = features_of(parse_config(fields, where="hf_config"))
+    config = parse_config(fields, where="hf_config")
+    shape = features_of(config)
     model = query.get("model")
     if model is not None and model != shape.name:
         raise WorkloadError(f"`model` {model} and `hf_config` name different shapes (the "
                             f"config is {shape.name}); give one of them")
-    return shape
+    return shape, fields_text(config)
 
 
 def _unmeasured_shape_answer(store: TrialStore, query: Mapping[str, Any],
-                             shape: ShapeFeatures) -> dict[str, Any] | None:
+                             shape: ShapeFeatures, fields: str) -> dict[str, Any] | None:
     """The answer for a shape no complete trial of the target measured on the asked hardware
     (carried from the measured shapes, or why not), or None when it was measured (then the
     fitted models answer). The ``advisor tune`` command it names spells the config out as
-    ``--model-config KEY=VALUE,...`` fields, runnable without the file."""
-    fields = fields_text(parse_config(query["hf_config"], where="hf_config"))
-    gap = unmeasured_shape(store, target=query["target"], hardware=query.get("hardware"),
-                           shape=shape, model_config=fields, slo=query["slo"])
-    if gap is None:
-        return None
+    ``--model-config KEY=VALUE,...`` ``fields``, runnable without the file."""
     workload = {k: v for k, v in (query.get("workload") or {}).items()
                 if isinstance(v, int | float) and not isinstance(v, bool)}
-    answer = extrapolate_shape(store, gap, slo=query["slo"], objective=query.get("objective"),
-                               workload=workload)
+    answer = answer_unmeasured_shape(
+        store, target=query["target"], hardware=query.get("hardware"), shape=shape,
+        model_config=fields, slo=query["slo"], objective=query.get("objective"),
+        workload=workload)
+    if answer is None:
+        return None
     raw = {"slo": query["slo"], "objective": query.get("objective"), **answer.to_dict()}
     raw.setdefault("confidence_reason", raw.get("reason"))
     return raw

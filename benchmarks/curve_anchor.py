@@ -74,7 +74,7 @@ def evaluate(trials: list, metric: str, folds: int) -> dict[str, list[float]] | 
         for j, i in enumerate(idx[test]):
             if config_key(usable[i].config, wl[i], rate, unvaried) in trained:
                 continue  # measured at other rates: a held-out rate, not a held-out config
-            at_ref = ref.predict(metric, np.asarray([wl[i][curves.roles.rate]]))
+            at_ref = ref.predict(metric, np.asarray([wl[i][rate]]))
             if at_ref is None:
                 continue
             ref_alone = _inverse(kind, reg.predict_interval(

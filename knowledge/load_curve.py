@@ -456,7 +456,7 @@ class LoadCurves:
         curve = self.curve(config, workload)
         if curve is None or (metric not in curve.latency and metric not in curve.throughput):
             return None
-        bands = getattr(self, "rate_error_", {}).get(metric, {})
+        bands = self.rate_error_.get(metric, {})
         band = _band(float(workload[self.roles.rate]), curve.capacity)
         return bands.get(band) or (max(bands.values()) if bands else None)
 
