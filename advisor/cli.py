@@ -298,6 +298,13 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _held_out_kind(basis: str) -> str:
+    """What a model-quality row held out, from its ``basis`` (empty: the surrogates')."""
+    if "from the knobs" in basis:
+        return "configs (curve from knobs)"
+    return "rates (load curve)" if basis else "configs (surrogate)"
+
+
 def _compact(config: dict[str, Any]) -> str:
     return " ".join(f"{k}={_fmt(v)}" for k, v in config.items())
 
@@ -899,10 +906,10 @@ def _print_model_recommendation(rec: ModelRecommendation, explain: bool) -> None
     out.print(f"  {_compact(rec.config or {})}")
     if (versus := baseline_text(rec.baseline)) is not None:
         out.print(versus)
-    curved = any(q.get("basis") for q in rec.model_quality.values())
-    table = Table(title="predicted (90% intervals) - not measured: "
-                        + ("from this config's load curve" if curved
-                           else "by the surrogate models"))
+    bases = [str(q.get("basis", "")) for q in rec.model_quality.values()]
+    source = ("from the load curve its knobs predict" if any("from the knobs" in b for b in bases)
+              else "from this config's load curve" if any(bases) else "by the surrogate models")
+    table = Table(title=f"predicted (90% intervals) - not measured: {source}")
     for c in ("metric", "predicted", "SLO", "conservative margin"):
         table.add_column(c)
     bounds = {b.metric: b for b in rec.slo.bounds}
@@ -964,7 +971,7 @@ def _print_evidence(rec: ModelRecommendation) -> None:
             q.add_column(c)
         for m, v in rec.model_quality.items():
             q.add_row(m, f"{v['mape']:.1%}" if v.get("mape") is not None else "-",
-                      "rates (load curve)" if v.get("basis") else "configs (surrogate)",
+                      _held_out_kind(str(v.get("basis") or "")),
                       f"{v['interval_coverage']:.0%}" if v.get("interval_coverage") is not None
                       else "-", str(v.get("n")))
         out.print(q)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge.curve_model import KNOB_CURVE_FAMILY, KnobCurveModel
 from knowledge.load_curve import LoadCurves, load_roles
 from knowledge.models import TrialRecord
 from knowledge.work_cost import CostLaw, WorkCost
@@ -43,6 +44,7 @@ __all__ = [
     "cross_validate",
     "derived_features",
     "fit_context",
+    "fit_knob_curves",
     "fit_load_curves",
     "instance_groups",
     "metric_transform",
@@ -959,6 +961,9 @@ class ContextModels:
     #: Measured configs' load curves (knowledge/load_curve.py): where a config has one at the
     #: asked workload, its curve answers for the metrics it models instead of the surrogate.
     load_curves: LoadCurves | None = None
+    #: The measured curves regressed on the knobs (knowledge/curve_model.py): a config with no
+    #: curve of its own gets a predicted one, where the context has enough curves.
+    knob_curves: KnobCurveModel | None = None
 
     def predict(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
                 metrics: Iterable[str] | None = None
@@ -973,7 +978,8 @@ class ContextModels:
             c, lo, hi = mm.fitted().predict_interval(X)
             out[name] = (_inverse(mm.transform, c), _inverse(mm.transform, lo),
                          _inverse(mm.transform, hi))
-        return _with_curves(getattr(self, "load_curves", None), configs, workload, out)
+        return _with_curves(getattr(self, "load_curves", None), configs, workload, out,
+                            getattr(self, "knob_curves", None))
 
     def curve_of(self, config: Mapping[str, Any], workload: Mapping[str, float]
                  ) -> Any | None:
@@ -996,18 +1002,32 @@ class ContextModels:
 
 def _with_curves(curves: LoadCurves | None, configs: Sequence[Mapping[str, Any]],
                  workload: Mapping[str, float],
-                 out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+                 out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 knob: KnobCurveModel | None = None
                  ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``out`` with each config's load-curve prediction in place of the surrogate's, for the
-    metrics its curve models (measured configs only: the others keep the surrogate's)."""
+    metrics its curve models; a config with no curve of its own takes the curve ``knob``
+    predicts from its knobs, where that model answers (else the surrogate's stands)."""
     if curves is None:
         return out
     for name, (c, lo, hi) in out.items():
         for i, config in enumerate(configs):
             p = curves.predict(config, workload, name)
+            if p is None and knob is not None and curves.curve(config, workload) is None:
+                p = knob.predict(config, workload, name)
             if p is not None:
                 c[i], lo[i], hi[i] = p
     return out
+
+
+def fit_knob_curves(curves: LoadCurves | None, encoder: FeatureEncoder
+                    ) -> KnobCurveModel | None:
+    """The knob-level model of ``curves`` (:data:`KNOB_CURVE_FAMILY`), or None where none is
+    chosen or too few curves show their capacity (:data:`knowledge.curve_model.MIN_CURVES`)."""
+    if curves is None or KNOB_CURVE_FAMILY is None:
+        return None
+    model = KnobCurveModel(family=KNOB_CURVE_FAMILY).fit(curves, encoder.transform)
+    return model if model.fitted_ else None
 
 
 def fit_load_curves(trials: Sequence[TrialRecord]) -> LoadCurves | None:
@@ -1097,6 +1117,7 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
     wl = [workload_features(t.workload_spec) for t in usable]
     encoder = FeatureEncoder().fit([t.config for t in usable], wl)
     scores = cross_validate(key, usable, family=family, folds=folds) if score else {}
+    curves = fit_load_curves(usable) if load_curves else None
     models: dict[str, MetricModel] = {}
     wanted = set(metrics) if metrics is not None else None
     for metric in _metric_names(usable):
@@ -1117,7 +1138,7 @@ def fit_context(key: ContextKey, trials: Sequence[TrialRecord], *, family: str =
         failed_configs=[dict(t.config) for t in failed],
         trial_studies=[(study_names or {}).get(t.study_id, "") for t in usable],
         X_=encoder.transform([t.config for t in usable], wl),
-        load_curves=fit_load_curves(usable) if load_curves else None)
+        load_curves=curves, knob_curves=fit_knob_curves(curves, encoder))
 
 
 #: How :func:`cross_validate` can group what it holds out together.
@@ -1164,10 +1185,11 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
     MAPE compares the predicted value with the measured one on the metric's own scale; coverage is
     the share of held-out measurements inside the predicted interval (nominal: ``COVERAGE``).
     With ``load_curves`` each fold also fits the load curves of its training trials, which
-    answer for the held-out trials of configs they cover (a held-out rate of a measured config;
-    never a held-out config). ``score_on="median"`` scores one error per held-out (config,
-    workload): against the median of its repeats, which a single measurement's repeat noise
-    does not move (coverage still counts every trial).
+    answer for the held-out trials of configs they cover (a held-out rate of a measured config),
+    and their knob-level model (:func:`fit_knob_curves`) for held-out configs, where chosen.
+    ``score_on="median"`` scores one error per held-out (config, workload): against the median
+    of its repeats, which a single measurement's repeat noise does not move (coverage still
+    counts every trial).
     """
     from sklearn.model_selection import GroupKFold
 
@@ -1184,6 +1206,7 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                     else [t.workload_hash for t in usable] if group_by == "workload" else None)
     # One fit of the load curves per distinct training set (every metric's folds share them).
     curves_of: dict[tuple[int, ...], LoadCurves | None] = {}
+    knobs_of: dict[tuple[int, ...], KnobCurveModel | None] = {}
     for metric in metrics if metrics is not None else _metric_names(usable):
         X, y, groups, idx = _xy(usable, encoder, metric)
         if trial_groups is not None:
@@ -1209,10 +1232,16 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                 curves = curves_of[tuple(idx[train])] = fit_load_curves(
                     [usable[i] for i in idx[train]])
             if load_curves and curves is not None:
+                if tuple(idx[train]) not in knobs_of:
+                    knobs_of[tuple(idx[train])] = fit_knob_curves(curves, encoder)
+                knob = knobs_of[tuple(idx[train])]
                 value = _inverse(kind, c)
                 low, high = _inverse(kind, lo), _inverse(kind, hi)
                 for j, t in enumerate(held):
-                    p = curves.predict(t.config, workload_features(t.workload_spec), metric)
+                    point = workload_features(t.workload_spec)
+                    p = curves.predict(t.config, point, metric)
+                    if p is None and knob is not None and curves.curve(t.config, point) is None:
+                        p = knob.predict(t.config, point, metric)
                     if p is not None:
                         value[j], low[j], high[j] = p
                 c, lo, hi = (_forward(kind, np.maximum(a, 1e-300) if kind == "log" else a)

@@ -9,8 +9,10 @@
 # One `advisor tune` study per phase: the phase's configs of h200_knob_curves_2026_12_04.yaml
 # enqueued (no engine default, no warm start, no sampled trial, no paired repeats), each measured on
 # one engine start at 45 req/s and, as co-measured trials (--also-rate), at 15, 30, 60 and 75 req/s:
-# the `chat` preset clamped to prompts <= 1,024 tokens, Poisson arrivals, WINDOW seconds of arrivals
-# per rate, every measurement gated against the server's own metrics, as every shipped H200 trial.
+# the `chat` preset as the 12-03 gate study ran it (prompts up to its 2,048-token cap, median 256;
+# the 12-01 crosscheck clamped some sessions to 1,024, which moves no workload feature), Poisson
+# arrivals, WINDOW seconds of arrivals per rate, every measurement gated against the server's own
+# metrics, as every shipped H200 trial.
 # Five rates give a config a curve of its own shape (docs/knowledge.md, load curves).
 #
 # Results land in $OUT: trials-<phase>.jsonl (the store, exported), nvidia-smi-<phase>.txt. The
