@@ -932,16 +932,15 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     candidate_figures = {m: p.value for m, p in rec.predicted.items()}
     if both_measured:
         candidate_figures[objective.metric] = candidate_measured[objective.metric]
-    load_bound = _load_bound(ctx, [default, rec.config or {}], features, objective.metric)
-    if load_bound:
-        rec = replace(rec, notes=(*rec.notes, (
-            f"below both configs' load-curve capacities the offered load sets "
-            f"{objective.metric}; the two are compared on it as equal")))
+    if _load_bound(ctx, [default, rec.config or {}], features, objective.metric):
         # Below both configs' capacities each serves the offered rate, and a throughput is
         # that rate times the tokens of the workload's requests: a difference between the two
         # is the prompts each was measured with (another seed per co-measured rate), not the
         # config. At 15 req/s on the 8B shape an fp8 variant read +5.7 % output tokens/s over
         # five repeats of the defaults on one seed (spread 0.2 %).
+        rec = replace(rec, notes=(*rec.notes, (
+            f"below both configs' load-curve capacities the offered load sets "
+            f"{objective.metric}; the two are compared on it as equal")))
         candidate_figures[objective.metric] = (measured if rows else predicted)[
             objective.metric]
     elif rows and not candidate_rows and objective.metric in rec.predicted:
