@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge.load_curve import ConfigCurve, LoadCurves
+from knowledge.load_curve import ConfigCurve, LoadCurves, conformal_quantile
 
 __all__ = ["FAMILIES", "KNOB_CURVE_FAMILY", "MIN_CURVES", "UTILISATIONS", "KnobCurveModel",
            "curve_rows"]
@@ -212,7 +212,7 @@ class KnobCurveModel:
                                 for m, r in relative.items() if r}
         out = {}
         for m, errs in errors.items():
-            q = _quantile(errs, self.coverage)
+            q = conformal_quantile(errs, self.coverage)
             out[m] = math.hypot(q, self.curve_width_.get(m, 0.0)) if q is not None else math.inf
         return out
 
@@ -268,14 +268,3 @@ class KnobCurveModel:
             return None
         return float(math.exp(self.model_.predict(self._standardise(self._row(config,
                                                                               workload)))[0][0]))
-
-
-def _quantile(values: Sequence[float], coverage: float) -> float | None:
-    """The finite-sample conformal quantile; the largest doubled when too few for it."""
-    n = len(values)
-    if n == 0:
-        return None
-    needed = math.ceil((n + 1) * coverage)
-    if needed > n:
-        return 2.0 * float(max(values))
-    return float(np.quantile(np.asarray(values), needed / n))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "config_key",
-           "load_roles", "unvaried_knobs"]
+           "conformal_quantile", "load_roles", "unvaried_knobs"]
 
 #: Nominal coverage of a curve's prediction interval (the surrogates' too).
 CURVE_COVERAGE = 0.9
@@ -292,7 +292,7 @@ def _support(rates: int) -> int:
     return int(rates >= OWN_SHAPE_RATES)
 
 
-def _conformal(residuals: Sequence[float], coverage: float) -> float | None:
+def conformal_quantile(residuals: Sequence[float], coverage: float) -> float | None:
     """The finite-sample conformal quantile of ``residuals``; the largest doubled when too few
     for the coverage, None without any."""
     n = len(residuals)
@@ -410,7 +410,7 @@ class LoadCurves:
         for m in self.metrics_:
             widths: dict[tuple[int, int], float] = {}
             for band, support in ((0, 0), (0, 1), (1, 0), (1, 1)):
-                q = _conformal(errors.get((m, band, support), []), self.coverage)
+                q = conformal_quantile(errors.get((m, band, support), []), self.coverage)
                 noise = repeats.get((m, band), [])
                 if q is not None:
                     widths[(band, support)] = max(q, _NOISE_Z * float(np.std(noise))
