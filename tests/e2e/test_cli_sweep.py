@@ -3,7 +3,8 @@ study through SQLite or PostgreSQL, SIGKILL and rerun, failing cells, and drift 
 backend: test_cli_sweep_ray.py).
 
 The scripted target (a known response surface; ``qps_scale`` makes its workload "heavier") drives
-the robustness and drift rules deterministically; real FAISS runs check the same on a real engine.
+the robustness and drift rules deterministically; real FAISS runs check the same on a real engine
+(test_cli_sweep_faiss.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from tests.e2e.sweep_helpers import (
     ROOT,
     advisor,
     assert_consistent,
-    run_nightly_cpu_sweep,
     scripted_cell,
     study_trials,
     summary_of,
@@ -186,46 +186,3 @@ def test_drift_flags_a_planted_regression_and_stays_quiet_on_a_rerun(
     assert [r["exit_code"] for r in listed] == [0, 0, 3]
     report = advisor("sweep", "report", heavier["run"], "--json", env=env)
     assert report.returncode == 3 and json.loads(report.stdout)["run"] == heavier["run"]
-
-
-@pytest.mark.slow
-def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
-    pytest.importorskip("faiss")
-    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'f.db'}",
-           "ADVISOR_CACHE_DIR": str(faiss_cache), "ADVISOR_IMPORT_SHIPPED": "false",
-           "COLUMNS": "200"}
-    name = f"fdrift{uuid.uuid4().hex[:6]}"
-
-    def run(n_base: int) -> dict[str, Any]:
-        # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 4x corpus is a
-        # regression no noise explains.
-        cell = {"target": "faiss", "workloads": ["synthetic-1m"],
-                "workload_params": {"n_base": n_base, "n_queries": 100, "dim": 64,
-                                    "n_clusters": 32},
-                "fixed": {"index_type": "ivf_flat", "nlist": 16, "nprobe": 16,
-                          "batch_size": 1, "threads": 1},
-                "slo_tiers": {"any": "p95_latency_ms<=1000,recall_at_10>=0.5"}}
-        path = sweep_file(tmp_path, name, [cell], trials=1, repeats=3, workers=1,
-                          drift={"noise_factor": 3, "min_change": 0.5})
-        result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
-        summary = summary_of(result)
-        assert result.returncode == summary["exit_code"], result.stderr
-        return summary
-
-    run(20_000)
-    quiet = run(20_000)
-    assert quiet["cells"][0]["drift"]["status"] in ("steady", "improved"), quiet["cells"][0]
-    assert quiet["exit_code"] == 0
-    heavy = run(80_000)
-    drift = heavy["cells"][0]["drift"]
-    assert heavy["exit_code"] == 3 and drift["status"] == "regressed", drift
-    p95 = next(m for m in drift["metrics"] if m["metric"] == "p95_latency_ms")
-    assert p95["verdict"] == "regressed" and p95["change"] > 1.0
-
-
-# the shipped nightly matrix ------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_nightly_cpu_sweep_runs_locally(tmp_path: Path, faiss_cache: Path) -> None:
-    run_nightly_cpu_sweep("local", tmp_path, faiss_cache)
