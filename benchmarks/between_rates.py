@@ -1,0 +1,78 @@
+"""A held-out-rate test no fold can leak into: the load curves fitted on the shipped knowledge
+predict trials measured later at rates between the shipped ones (the 2026-12-04 between-rates
+study: nine 8B configs at 22.5 / 37.5 / 52.5 / 67.5 req/s, each config's curve already measured
+at 15 / 30 / 45 / 60 / 75 req/s, other prompts: seeds 5-8).
+
+    PYTHONPATH=. python benchmarks/between_rates.py
+    PYTHONPATH=. python benchmarks/between_rates.py --trials other.jsonl.gz --json out.json
+
+Prints, per metric, the MAPE, the median absolute percentage error and the 90 % interval
+coverage of the curves' predictions for every held-out trial whose config has a curve; the
+held-out trials must not be in the shipped knowledge (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from knowledge import TrialStatus, TrialStore
+from knowledge.store import TrialFilter
+from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
+from knowledge.transfer import import_file, import_shipped_knowledge
+
+METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
+TRIALS = Path("docs/benchmarks/h200-between-rates-2026-12-04/trials.jsonl.gz")
+
+
+def _store(name: str) -> TrialStore:
+    return TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=Path, default=TRIALS, help="the held-out trials")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    shipped = _store("shipped.db")
+    import_shipped_knowledge(shipped)
+    held_store = _store("held.db")
+    import_file(held_store, args.trials)
+    done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
+    held = [t for t in held_store.list_trials(done) if t.metrics]
+    train_all = [t for t in shipped.list_trials(done) if t.metrics]
+    if {t.uid for t in held} & {t.uid for t in train_all}:
+        raise SystemExit("error: the held-out trials are in the shipped knowledge")
+    report = []
+    for key in sorted({context_of(t) for t in held}):
+        curves = fit_load_curves(_usable([t for t in train_all if context_of(t) == key]))
+        if curves is None:
+            continue
+        mine = [t for t in held if context_of(t) == key]
+        for metric in METRICS:
+            errors, inside = [], []
+            for t in mine:
+                p = curves.predict(t.config, workload_features(t.workload_spec), metric)
+                v = t.metrics.get(metric)
+                if p is None or not isinstance(v, int | float) or v <= 0:
+                    continue
+                errors.append(abs(p[0] - v) / v)
+                inside.append(p[1] <= v <= p[2])
+            if not errors:
+                continue
+            row = {"context": key.label(), "metric": metric, "n": len(errors),
+                   "mape": float(np.mean(errors)), "median_ape": float(np.median(errors)),
+                   "coverage": float(np.mean(inside))}
+            report.append(row)
+            print(f"{row['context']:44} {metric:20} n={row['n']:3d}  MAPE {row['mape']:6.1%}"
+                  f"  median {row['median_ape']:6.1%}  coverage {row['coverage']:4.0%}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
