@@ -5,13 +5,15 @@
 # Two pytest-xdist workers by default (ADVISOR_TEST_WORKERS=N to change, 0 for one process): the
 # suite waits on subprocesses, servers and sockets about half the time, so two workers keep 2
 # cores busy. Each test file runs whole on one worker (--dist loadfile): a module's server or Ray
-# head is started once, and its tests keep their order.
+# head is started once, and its tests keep their order. Files are handed out in the order
+# tests/conftest.py collects them, its longest modules first (--no-loadscope-reorder: xdist's
+# own order, most tests first, started those few-test, minutes-long files last).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 workers="${ADVISOR_TEST_WORKERS:-2}"
 parallel=()
 if [ "$workers" != "0" ]; then
-  parallel=(-n "$workers" --dist loadfile)
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 .venv/bin/python -m pytest -q "${parallel[@]}" "$@"
 code=$?

@@ -49,6 +49,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     twice = [nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1]
     if twice:
         raise pytest.UsageError(f"tests collected twice under one id: {twice[:5]}")
+    _longest_modules_first(items)
+
+
+#: The test modules that take longest, longest first (seconds each took alone on an idle 2-core
+#: machine, 2026-12-04). scripts/test.sh runs two pytest-xdist workers with ``--dist loadfile``,
+#: which hands out whole modules in collection order (``--no-loadscope-reorder``: its default
+#: order, most tests first, left these few-test modules for the end of the run, where one of
+#: them kept a worker busy minutes after the other had finished). Started first, they overlap
+#: each other and the hundred short modules fill the gaps. A module missing here (renamed,
+#: split) only loses its early start.
+LONGEST_MODULES = (
+    "tests/api/test_docs_examples.py",  # 115 s: a server fitting every shipped context
+    "tests/e2e/test_cli_sweep_faiss.py",  # 106 s, and the session's FAISS corpus when first
+    "tests/e2e/test_cli_knowledge.py",  # 102 s
+    "tests/e2e/test_cli_sweep_ray.py",  # 94 s
+    "tests/e2e/test_cli_sweep.py",  # 84 s
+    "tests/e2e/test_cli_faiss.py",  # 63 s
+    "tests/advisor/test_study_lease.py",  # 62 s
+    "tests/advisor/test_recommend_model.py",  # 53 s
+    "tests/objectives/test_faiss_contract.py",  # 52 s
+    "tests/advisor/test_driver.py",  # 50 s
+    "tests/advisor/test_paired_study.py",  # 48 s
+    "tests/objectives/llm/test_server_targets_fake_engine.py",  # 44 s
+    "tests/objectives/llm/test_server_targets_unavailable.py",  # 36 s
+    "tests/objectives/llm/test_tgi_ollama_fake_engine.py",  # 35 s
+    "tests/api/test_knowledge_api.py",  # 34 s
+    "tests/api/test_jobs.py",  # 33 s
+)
+
+
+def _longest_modules_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` module by module: :data:`LONGEST_MODULES` first, in that order, then the
+    others, most tests first (pytest-xdist's own order); each module's tests keep their order."""
+    module = {id(item): item.nodeid.split("::", 1)[0] for item in items}
+    sizes = Counter(module.values())
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(module[id(item)], i)
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        name = module[id(item)]
+        return rank.get(name, len(rank)), -sizes[name], first_seen[name]
+
+    items.sort(key=key)
 
 
 @pytest.fixture(scope="session", autouse=True)
