@@ -31,7 +31,7 @@ __all__ = ["FAMILIES", "KNOB_CURVE_FAMILY", "MIN_CURVES", "UTILISATIONS", "KnobC
 
 #: Utilisations at which a curve's figures are read and regressed on the knobs: dense where the
 #: queue bends (0.8-1.0), and a little past capacity, where measured rates still reach.
-UTILISATIONS = np.asarray([0.2, 0.4, 0.6, 0.75, 0.85, 0.95, 1.05, 1.2, 1.5, 2.0])
+UTILISATIONS = np.asarray([0.2, 0.4, 0.6, 0.75, 0.85, 0.95, 1.05, 1.2])
 #: Regressors of the curve parameters on the knobs (``mean`` ignores the knobs: the baseline).
 FAMILIES = ("mean", "nearest", "ridge", "gp")
 #: The family whose predicted curves answer for unmeasured configs (None: the surrogates
@@ -242,12 +242,8 @@ class KnobCurveModel:
             ) -> np.ndarray:
         """Log value of ``metric`` at each offered rate, read off the predicted curve: linear in
         utilisation between the grid's points; below it a throughput falls in proportion to the
-        rate and a latency stays at its floor; past it a throughput keeps the last segment's
-        log slope (its ceiling's, near zero) and a latency its last segment's slope in value,
-        not in log: past capacity a finite run's backlog grows linearly in utilisation
-        (``knowledge.load_curve.backlog_slope``), and a log slope carried on grew it
-        exponentially (held out by config, TTFT p95 MAPE 269 % that way against 96 % this way
-        on the shipped 8B data, benchmarks/curve_knobs.py)."""
+        rate and a latency stays at its floor; past it both keep the last segment's slope (a
+        throughput's last slope is its ceiling's, near zero)."""
         rho = np.asarray(rate, dtype=float) / capacity
         u = UTILISATIONS
         out = np.interp(rho, u, log_at)
@@ -255,13 +251,8 @@ class KnobCurveModel:
         if metric in self.throughputs_:
             out[below] = log_at[0] + np.log(np.maximum(rho[below], 1e-12) / u[0])
         above = rho > u[-1]
-        if metric in self.throughputs_:
-            slope = (log_at[-1] - log_at[-2]) / (u[-1] - u[-2])
-            out[above] = log_at[-1] + slope * (rho[above] - u[-1])
-        else:
-            last, before = math.exp(log_at[-1]), math.exp(log_at[-2])
-            slope = (last - before) / (u[-1] - u[-2])
-            out[above] = np.log(last + slope * (rho[above] - u[-1]))
+        slope = (log_at[-1] - log_at[-2]) / (u[-1] - u[-2])
+        out[above] = log_at[-1] + slope * (rho[above] - u[-1])
         return np.asarray(out)
 
     def _row(self, config: Mapping[str, Any], workload: Mapping[str, float]) -> np.ndarray:

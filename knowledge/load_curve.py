@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "backlog_slope",
-           "config_key", "conformal_quantile", "load_roles", "unvaried_knobs"]
+__all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "config_key",
+           "conformal_quantile", "load_roles", "unvaried_knobs"]
 
 #: Nominal coverage of a curve's prediction interval (the surrogates' too).
 CURVE_COVERAGE = 0.9
@@ -37,10 +36,6 @@ _SCALES = (0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.4)
 #: data (the served rate never bent): the context's seen capacities are borrowed instead.
 _UNSEEN = 1.5
 _NOISE_Z = 1.645
-#: Capacity scales tried for a latency whose backlog slope is known (:func:`_fit_latency`):
-#: the served rate's bend, read through a finite run's drain, misplaces the queue's start by
-#: up to a factor ~1.5 either way.
-_FLUID_SCALES = tuple(float(x) for x in np.exp(np.linspace(math.log(0.6), math.log(1.8), 23)))
 
 
 @dataclass(frozen=True)
@@ -138,18 +133,15 @@ def _fit_throughput(rate: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1]
 
 
-def _latency_basis(rate: np.ndarray, capacity: float, fluid: bool = False) -> np.ndarray:
+def _latency_basis(rate: np.ndarray, capacity: float) -> np.ndarray:
     """Columns whose non-negative sum is a latency non-decreasing in the rate: a floor, a term
     linear in utilisation (batches grow with load), the steady-state queue ``rho / (1 - rho)``
-    up to :data:`_RHO_CAP`, and past capacity the backlog a finite run builds up: ``rho - 1``
-    where every rate offers the same window of arrivals (``fluid``; the wait of an arrival
-    grows with ``(rho - 1)`` times its time into the window, :func:`backlog_slope`), else
-    ``1 - 1 / rho`` (a fixed number of requests: the share still queued at the end)."""
+    up to :data:`_RHO_CAP`, and past capacity the backlog a run of fixed length builds up
+    (``1 - 1 / rho``: the share of its arrivals still queued at the end)."""
     rho = np.asarray(rate, dtype=float) / capacity
     capped = np.minimum(rho, _RHO_CAP)
-    backlog = (np.maximum(0.0, rho - 1) if fluid
-               else np.maximum(0.0, 1 - 1 / np.maximum(rho, 1e-9)))
-    return np.column_stack([np.ones_like(rho), rho, capped / (1 - capped), backlog])
+    return np.column_stack([np.ones_like(rho), rho, capped / (1 - capped),
+                            np.maximum(0.0, 1 - 1 / np.maximum(rho, 1e-9))])
 
 
 #: Rates a config needs for a latency curve of its own shape (all four columns); with fewer
@@ -161,25 +153,17 @@ OWN_TERMS_RATES = 4
 
 
 def _fit_latency(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Sequence[float],
-                 shape: tuple[float, np.ndarray] | None = None,
-                 fluid: bool = False, backlog: float | None = None
-                 ) -> tuple[float, np.ndarray]:
+                 shape: tuple[float, np.ndarray] | None = None) -> tuple[float, np.ndarray]:
     """(capacity scale, coefficients >= 0) minimising the squared relative error.
 
-    ``fluid``: every rate offered the same window of arrivals, so the last column is
-    ``rho - 1``. With ``backlog`` too (the slope :func:`backlog_slope` knows from that window)
-    two kinds of fit compete: all four coefficients free at each of ``scales``, and the
-    backlog's coefficient fixed at the slope with the queue's start searched over
-    :data:`_FLUID_SCALES` (a latency that waits in the queue: a few rates past capacity then
-    pin where it starts). Without a window, and with ``shape`` (a reference curve's
-    capacity scale and coefficients), only two numbers are fitted: a floor and how much of the
-    reference's load-dependent part (at this config's own capacity) this config has. A few
-    rates cannot tell a queue from a backlog or a linear term; the shape of a config measured
-    at many rates can.
+    With ``shape`` (a reference curve's capacity scale and coefficients) only two numbers are
+    fitted: a floor and how much of the reference's load-dependent part (at this config's own
+    capacity) this config has. A few rates cannot tell a queue from a backlog or a linear
+    term; the shape of a config measured at many rates can.
     """
     from scipy.optimize import nnls
 
-    if shape is not None and not fluid:
+    if shape is not None:
         ref_scale, ref = shape
         basis = _latency_basis(rate, capacity * ref_scale)
         two = np.column_stack([basis[:, 0], basis[:, 1:] @ ref[1:]])
@@ -192,7 +176,7 @@ def _fit_latency(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Seque
         return ref_scale, np.concatenate([[c[0]], c[1] * ref[1:]])
     best: tuple[float, float, np.ndarray] | None = None
     for scale in scales:
-        basis = _latency_basis(rate, capacity * scale, fluid)
+        basis = _latency_basis(rate, capacity * scale)
         colmax = basis.max(axis=0)
         colmax = np.where(colmax > 0, colmax, 1.0)
         try:
@@ -200,21 +184,6 @@ def _fit_latency(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Seque
         except RuntimeError:
             continue
         coef = coef / colmax
-        err = float(np.sum(((basis @ coef) / y - 1) ** 2))
-        if best is None or err < best[0] - 1e-12:
-            best = (err, scale, coef)
-    for scale in _FLUID_SCALES if backlog is not None else ():
-        basis = _latency_basis(rate, capacity * scale, fluid)
-        if not np.any(basis[:, 3] > 0):
-            continue  # no rate past this capacity: nothing shows the backlog's slope
-        fixed = basis[:, 3] * backlog
-        head = basis[:, :3]
-        colmax = np.where(head.max(axis=0) > 0, head.max(axis=0), 1.0)
-        try:
-            c3, _ = nnls(head / colmax / y[:, None], 1.0 - fixed / y, maxiter=200)
-        except RuntimeError:
-            continue
-        coef = np.concatenate([c3 / colmax, [backlog]])
         err = float(np.sum(((basis @ coef) / y - 1) ** 2))
         if best is None or err < best[0] - 1e-12:
             best = (err, scale, coef)
@@ -227,8 +196,7 @@ def _fit_latency(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Seque
 class ConfigCurve:
     """One config's fitted curves at one workload (all but its rate).
 
-    ``capacity`` is the served rate's ceiling (requests/s): the offered rate past which a
-    queue grows;
+    ``capacity`` is the offered rate at which the served rate stops growing (requests/s);
     ``seen`` says whether this config's own measurements show the bend (else it was borrowed
     from the context's other configs, or is a lower bound). ``throughput`` holds (log s, log
     ceiling) per throughput metric; ``latency`` (capacity scale, coefficients) per latency."""
@@ -238,9 +206,6 @@ class ConfigCurve:
     seen: bool
     throughput: dict[str, np.ndarray] = field(default_factory=dict)
     latency: dict[str, tuple[float, np.ndarray]] = field(default_factory=dict)
-    #: Seconds of arrivals each of its rates offered, where known (the backlog then grows as
-    #: ``rho - 1``: :func:`_latency_basis`).
-    window_s: float | None = None
 
     def predict(self, metric: str, rate: np.ndarray) -> np.ndarray | None:
         """The curve's value of ``metric`` at each rate (None: not curved)."""
@@ -249,8 +214,7 @@ class ConfigCurve:
             return np.asarray(np.exp(_throughput(self.throughput[metric], rate)))
         if metric in self.latency:
             scale, coef = self.latency[metric]
-            return np.asarray(_latency_basis(rate, self.capacity * scale,
-                                             self.window_s is not None) @ coef)
+            return np.asarray(_latency_basis(rate, self.capacity * scale) @ coef)
         return None
 
     @property
@@ -268,32 +232,10 @@ def _medians(rows: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarra
     return rates, np.asarray([float(np.median(by_rate[r])) for r in rates])
 
 
-def backlog_slope(metric: str, window_s: float | None) -> float | None:
-    """How much ``metric`` grows per unit of utilisation past capacity, in its own unit, from
-    a run of ``window_s`` seconds of arrivals: the fluid limit of an overloaded queue.
-
-    Past capacity ``mu`` an arrival at time ``t`` of the window waits ``(rho - 1) * t`` (the
-    backlog grows at ``lambda - mu``, served at ``mu``), so the q-th percentile of the wait is
-    ``q * window * (rho - 1)``: known from the metric's name (``_p95_`` -> 0.95, ``_mean_`` or
-    ``_p50_`` -> 0.5) and unit (``_ms`` / ``_s``) and the window. None where the name states no
-    percentile or unit, or the window is unknown. Whether a metric waits in the queue at all
-    (a time to first token does, a time per output token does not) is left to the fit.
-    """
-    if not window_s or window_s <= 0:
-        return None
-    scale = 1000.0 if metric.endswith("_ms") else 1.0 if metric.endswith("_s") else None
-    found = re.search(r"_p(\d{2})(?:_|$)", metric)
-    q = int(found.group(1)) / 100 if found else 0.5 if "_mean_" in metric else None
-    if scale is None or q is None:
-        return None
-    return q * window_s * scale
-
-
 def _fit_curve(points: Mapping[str, Sequence[tuple[float, float]]], roles: LoadRoles,
                prior_capacity: float | None,
-               shapes: Mapping[str, tuple[float, np.ndarray]] | None = None,
-               window_s: float | None = None,
-               floors: Mapping[str, float] | None = None) -> ConfigCurve | None:
+               shapes: Mapping[str, tuple[float, np.ndarray]] | None = None
+               ) -> ConfigCurve | None:
     """A config's curves from its (rate, value) points per metric, or None with fewer than two
     rates of its served rate. ``shapes``: per latency metric, the reference shape a config
     measured at fewer than :data:`OWN_SHAPE_RATES` rates takes."""
@@ -302,36 +244,24 @@ def _fit_curve(points: Mapping[str, Sequence[tuple[float, float]]], roles: LoadR
     if len(rates) < 2:
         return None
     s_params = _fit_throughput(rates, values)
-    # The served rate's ceiling, not the offered rate where s * rate meets it: a finite run's
-    # served rate counts its drain, so s < 1 at light load (~0.8 on the shipped H200 data) and
-    # that meeting point lies as far past the knee the latencies show.
-    capacity = float(math.exp(s_params[1]))
+    capacity = float(math.exp(s_params[1] - s_params[0]))
     seen = capacity <= _UNSEEN * float(rates.max())
     if not seen:
         # The served rate never bent: the capacity lies beyond the measured rates. Borrow the
         # context's seen capacity where it lies beyond them too.
         capacity = max(prior_capacity or 0.0, float(rates.max()) * _UNSEEN)
-    curve = ConfigCurve(tuple(float(r) for r in rates), capacity, seen, window_s=window_s)
-    fluid = window_s is not None
+    curve = ConfigCurve(tuple(float(r) for r in rates), capacity, seen)
     for metric in roles.metrics:
         r, v = _medians(points.get(metric, []))
         if len(r) < 2 or np.any(v <= 0):
             continue
-        if metric in roles.latencies and metric in (floors or {}) and seen \
-                and r.min() > LIGHT_LOAD * capacity:
-            # No rate at light load: where the queue is, a few rates past it say nothing of
-            # the floor, so the context's light-load figure anchors it.
-            r = np.concatenate([[LIGHT_LOAD / 2 * capacity], r])
-            v = np.concatenate([[floors[metric]], v])
         if metric in roles.throughputs:
             curve.throughput[metric] = _fit_throughput(r, v)
         elif len(r) >= OWN_SHAPE_RATES:
-            curve.latency[metric] = _fit_latency(r, v, capacity, _SCALES, None, fluid,
-                                                 backlog_slope(metric, window_s))
+            curve.latency[metric] = _fit_latency(r, v, capacity, _SCALES)
         else:
             shape = None if len(r) >= OWN_TERMS_RATES else (shapes or {}).get(metric)
-            curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,), shape, fluid,
-                                                 backlog_slope(metric, window_s))
+            curve.latency[metric] = _fit_latency(r, v, capacity, (1.0,), shape)
     return curve
 
 
@@ -350,8 +280,6 @@ def _monotone(points: Sequence[tuple[float, float]]) -> bool:
 
 #: Utilisation (offered rate / capacity) from which a rate counts as heavy load.
 HEAVY_LOAD = 0.85
-#: Utilisation up to which a rate shows a config's floor (no queue, small batches).
-LIGHT_LOAD = 0.5
 
 
 def _band(rate: float, capacity: float) -> int:
@@ -391,8 +319,7 @@ class LoadCurves:
         self.coverage = coverage
 
     def fit(self, configs: Sequence[Mapping[str, Any]], workloads: Sequence[Mapping[str, float]],
-            measured: Sequence[Mapping[str, float]],
-            windows: Sequence[float | None] | None = None) -> LoadCurves:
+            measured: Sequence[Mapping[str, float]]) -> LoadCurves:
         roles = self.roles
         self.unvaried_ = unvaried_knobs(configs)
         groups: dict[str, list[int]] = {}
@@ -424,16 +351,8 @@ class LoadCurves:
                         if isinstance(measured[i].get(m), int | float)]
                     for m in (*self.metrics_, roles.served)}
 
-        def window(rows: Sequence[int]) -> float | None:
-            seen = [float(w) for i in rows if windows is not None
-                    and isinstance(w := windows[i], int | float) and w > 0]
-            return float(np.median(seen)) if seen else None
-
-        self.windows_ = {k: window(rows) for k, rows in groups.items()}
-        first = {k: _fit_curve(points(rows), self.roles_, None, None, self.windows_[k])
-                 for k, rows in groups.items()}
+        first = {k: _fit_curve(points(rows), self.roles_, None) for k, rows in groups.items()}
         fitted = [c for c in first.values() if c is not None]
-        self.floors_ = self._floors(first, groups, points)
         seen = [c.capacity for c in fitted if c.seen]
         self.prior_capacity_ = float(np.median(seen)) if seen else None
         # The reference shape: the config measured at the most rates, when it has its own.
@@ -442,25 +361,10 @@ class LoadCurves:
                          if coef[0] > 0} if ref is not None
                         and len(ref.rates) >= OWN_SHAPE_RATES else {})
         self.curves_ = {k: curve for k, rows in groups.items()
-                        if (curve := _fit_curve(points(rows), self.roles_, self.prior_capacity_,
-                                                self.shapes_, self.windows_[k],
-                                                self.floors_)) is not None}
+                        if (curve := _fit_curve(points(rows), self.roles_,
+                                                self.prior_capacity_, self.shapes_)) is not None}
         self._calibrate(groups, workloads, measured, points)
         return self
-
-    def _floors(self, curves: Mapping[str, ConfigCurve | None],
-                groups: Mapping[str, list[int]], points: Any) -> dict[str, float]:
-        """Per latency, the context's light-load figure: the median, over configs measured at
-        a rate of at most :data:`LIGHT_LOAD` utilisation, of the figure at their lowest rate."""
-        seen: dict[str, list[float]] = {}
-        for key, curve in curves.items():
-            if curve is None or not curve.seen:
-                continue
-            for m in self.roles_.latencies:
-                r, v = _medians(points(groups[key]).get(m, []))
-                if len(r) and r[0] <= LIGHT_LOAD * curve.capacity and v[0] > 0:
-                    seen.setdefault(m, []).append(float(v[0]))
-        return {m: float(np.median(vals)) for m, vals in seen.items()}
 
     def _calibrate(self, groups: Mapping[str, list[int]], workloads: Sequence[Mapping[str, float]],
                    measured: Sequence[Mapping[str, float]], points: Any) -> None:
@@ -479,7 +383,7 @@ class LoadCurves:
                 train = [i for i in rows if float(workloads[i][rate]) != held]
                 test = [i for i in rows if float(workloads[i][rate]) == held]
                 curve = _fit_curve(points(train), self.roles_, self.prior_capacity_,
-                                   self.shapes_, self.windows_[key], self.floors_)
+                                   self.shapes_)
                 if curve is None or full is None:
                     continue
                 band, support = _band(held, full.capacity), _support(len(curve.rates) + 1)

@@ -150,17 +150,6 @@ def workload_features(spec: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def arrival_window_s(spec: Mapping[str, Any]) -> float | None:
-    """Seconds of arrivals a stored workload spec offers (its requests over its rate), or None
-    where it states no rate or count: how long a backlog past capacity grows."""
-    params: Mapping[str, Any] = spec.get("params", spec) or {}
-    rate = workload_features(spec).get("rate_rps")
-    n = params.get("n_requests")
-    if not rate or isinstance(n, bool) or not isinstance(n, int | float) or n <= 0:
-        return None
-    return float(n) / rate
-
-
 @dataclass(frozen=True)
 class WorkloadPoint:
     """One measured workload of a context: its features and how many trials saw it."""
@@ -1055,8 +1044,7 @@ def fit_load_curves(trials: Sequence[TrialRecord]) -> LoadCurves | None:
     if roles is None:
         return None
     curves = LoadCurves(roles=roles).fit([t.config for t in trials], wl,
-                                         [t.metrics for t in trials],
-                                         [arrival_window_s(t.workload_spec) for t in trials])
+                                         [t.metrics for t in trials])
     return curves if curves.curves_ and curves.half_width_ else None
 
 

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from knowledge.load_curve import LoadCurves, LoadRoles, backlog_slope, load_roles
+from knowledge.load_curve import LoadCurves, LoadRoles, load_roles
 
 CAPACITY = {"a": 60.0, "b": 90.0}
 RATES = (10.0, 20.0, 30.0, 40.0, 50.0, 55.0, 70.0, 90.0, 110.0)
@@ -155,54 +155,6 @@ def test_a_config_with_few_rates_borrows_the_shape() -> None:
         pb = curves.predict({"knob": "b"}, wl, "ttft_p95_ms")
         assert pb is not None
         assert pb[0] == pytest.approx(truth("b", rate)["ttft_p95_ms"], rel=0.25), rate
-
-
-def test_the_backlog_slope_is_read_from_the_name_and_the_window() -> None:
-    """The fluid limit of an overloaded run: the q-th percentile arrival waits q * window *
-    (rho - 1), in the metric's own unit; no slope without a percentile, a unit or a window."""
-    assert backlog_slope("ttft_p95_ms", 8.0) == pytest.approx(0.95 * 8.0 * 1000)
-    assert backlog_slope("e2e_mean_ms", 8.0) == pytest.approx(0.5 * 8.0 * 1000)
-    assert backlog_slope("queue_p99_s", 10.0) == pytest.approx(9.9)
-    assert backlog_slope("recall_at_10", 8.0) is None
-    assert backlog_slope("ttft_p95_ms", None) is None
-    assert backlog_slope("ttft_p95_ms", 0.0) is None
-
-
-def _fluid_ttft(mu: float, rate: float, window_s: float = 8.0) -> float:
-    """A run offering ``window_s`` seconds of arrivals at every rate: a 60-ms floor, and past
-    capacity the p95 arrival's wait in the backlog (0.95 * window * (rho - 1))."""
-    return 60.0 + 950.0 * window_s * max(0.0, rate / mu - 1)
-
-
-def test_a_fixed_window_places_the_queue_of_a_config_measured_past_it_only() -> None:
-    """Config "b" (capacity 30) measured at three rates, every one past its capacity, beside
-    config "a" (capacity 60) measured from light load up: with the window known, the backlog's
-    slope is too, so b's points pin where its queue starts, and the context's light-load
-    figure anchors its floor. Without the windows the backlog is taken for a fixed number of
-    requests' (``1 - 1 / rho``, which levels off) and falls short far past capacity."""
-    rng = random.Random(5)
-    configs, workloads, measured, windows = [], [], [], []
-    for config, mu, rates in (("a", 60.0, (10.0, 20.0, 30.0, 45.0, 55.0, 70.0, 90.0)),
-                              ("b", 30.0, (40.0, 50.0, 70.0))):
-        for rate in rates:
-            for _ in range(2):
-                served = 1 / ((1 / rate) ** 6 + (1 / mu) ** 6) ** (1 / 6)
-                noise = math.exp(rng.gauss(0, 0.03))
-                configs.append({"knob": config})
-                workloads.append({"rate_rps": rate, "prompt_len": 256.0})
-                measured.append({"requests_per_s": served * noise,
-                                 "ttft_p95_ms": _fluid_ttft(mu, rate) * noise})
-                windows.append(8.0)
-    roles = roles_of(measured)
-    curves = LoadCurves(roles=roles).fit(configs, workloads, measured, windows)
-    for rate in (15.0, 35.0, 60.0, 80.0):
-        got = curves.predict({"knob": "b"}, {"rate_rps": rate, "prompt_len": 256.0},
-                             "ttft_p95_ms")
-        assert got is not None
-        assert got[0] == pytest.approx(_fluid_ttft(30.0, rate), rel=0.2), rate
-    blind = LoadCurves(roles=roles).fit(configs, workloads, measured)
-    got = blind.predict({"knob": "b"}, {"rate_rps": 80.0, "prompt_len": 256.0}, "ttft_p95_ms")
-    assert got is not None and got[0] < 0.7 * _fluid_ttft(30.0, 80.0)
 
 
 def _llm_trials(noise: float = 0.03) -> list:
