@@ -8,7 +8,7 @@ at 15 / 30 / 45 / 60 / 75 req/s, other prompts: seeds 5-8).
 
 Prints, per metric, the MAPE, the median absolute percentage error and the 90 % interval
 coverage of the curves' predictions for every held-out trial whose config has a curve; the
-held-out trials must not be in the shipped knowledge (checked).
+held-out trials are left out of the fit (they ship in knowledge/data since).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def main() -> None:
     import_file(held_store, args.trials)
     done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
     held = [t for t in held_store.list_trials(done) if t.metrics]
-    train_all = [t for t in shipped.list_trials(done) if t.metrics]
-    if {t.uid for t in held} & {t.uid for t in train_all}:
-        raise SystemExit("error: the held-out trials are in the shipped knowledge")
+    held_uids = {t.uid for t in held}
+    # Shipped since: left out of the fit, which then sees what it saw before they were measured.
+    train_all = [t for t in shipped.list_trials(done) if t.metrics and t.uid not in held_uids]
     report = []
     for key in sorted({context_of(t) for t in held}):
         curves = fit_load_curves(_usable([t for t in train_all if context_of(t) == key]))
