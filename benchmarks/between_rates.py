@@ -6,9 +6,11 @@ at 15 / 30 / 45 / 60 / 75 req/s, other prompts: seeds 5-8).
     PYTHONPATH=. python benchmarks/between_rates.py
     PYTHONPATH=. python benchmarks/between_rates.py --trials other.jsonl.gz --json out.json
 
+The held-out trials default to the shipped file of that study (knowledge/data); the fit leaves
+out every trial of the held-out file, wherever it came from.
+
 Prints, per metric, the MAPE, the median absolute percentage error and the 90 % interval
-coverage of the curves' predictions for every held-out trial whose config has a curve; the
-held-out trials are left out of the fit (they ship in knowledge/data since).
+coverage of the curves' predictions for every held-out trial whose config has a curve.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import numpy as np
 from knowledge import TrialStatus, TrialStore
 from knowledge.store import TrialFilter
 from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
-from knowledge.transfer import import_file, import_shipped_knowledge
+from knowledge.transfer import import_file, import_shipped_knowledge, shipped_file
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
-TRIALS = Path("docs/benchmarks/h200-between-rates-2026-12-04/trials.jsonl.gz")
+TRIALS = "h200-vllm-between-2026-12-04.jsonl"
 
 
 def _store(name: str) -> TrialStore:
@@ -35,13 +37,14 @@ def _store(name: str) -> TrialStore:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=Path, default=TRIALS, help="the held-out trials")
+    parser.add_argument("--trials", type=Path, default=None,
+                        help=f"the held-out trials (default: the shipped {TRIALS})")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     shipped = _store("shipped.db")
     import_shipped_knowledge(shipped)
     held_store = _store("held.db")
-    import_file(held_store, args.trials)
+    import_file(held_store, args.trials or shipped_file(TRIALS))
     done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
     held = [t for t in held_store.list_trials(done) if t.metrics]
     held_uids = {t.uid for t in held}
