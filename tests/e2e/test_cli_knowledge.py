@@ -17,13 +17,13 @@ from knowledge.transfer import shipped_files
 
 
 def advisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, capture_output=True,
-                          text=True, timeout=900)
+    """One CLI call, its output captured (at most 900 s)."""
+    return advisors(args, env=env)[0]
 
 
 def advisors(*calls: tuple[str, ...], env: dict[str, str]) -> list[subprocess.CompletedProcess]:
     """Several independent CLI calls on the fitted store, run side by side, their results in
-    order as :func:`advisor` gives them. For the cheat-sheets: each build is one core's work
+    order, each captured (at most 900 s). For the cheat-sheets: each build is one core's work
     (the three formats, 2026-12-04 on an idle 2-core machine: 37 s one after another, 20 s side
     by side, the same CPU time), and the suite's other worker is often waiting on a
     subprocess. (`knowledge eval` is not run so: it already uses both cores, and two at once
