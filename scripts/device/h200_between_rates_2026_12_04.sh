@@ -44,12 +44,7 @@ n0=$(python3 -c "import sys; n = float(sys.argv[1]) * float(sys.argv[2]); assert
   "$R0" "$WINDOW") || { echo "rate $R0 x window $WINDOW s is not a whole number of requests" >&2; exit 2; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 - "$PHASE" > "/tmp/enqueue-$PHASE.json" <<'PY' || exit 2
-import json, sys, yaml
-phases = yaml.safe_load(open("scripts/device/h200_knob_curves_2026_12_04.yaml"))
-print(json.dumps(phases[sys.argv[1]]))
-PY
-n=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "/tmp/enqueue-$PHASE.json")
+n=$(enqueue_phase scripts/device/h200_knob_curves_2026_12_04.yaml) || exit 2
 python3 -m advisor tune --target vllm --workload chat --model llama-3-8b \
   --workload-param "$(poisson "$R0")" --workload-param "n_requests=$n0" \
   --workload-param drain_limit_s=15 --workload-param seed=5 \

@@ -38,3 +38,13 @@ chat_workload() {
   echo "--target vllm --workload chat --model $model --workload-param $(poisson "$r0")" \
        "--workload-param n_requests=$(( r0 * WINDOW )) --workload-param drain_limit_s=15"
 }
+
+# enqueue_phase YAML: the configs listed under $PHASE in YAML (phase -> list of configs) as the
+# JSON `advisor tune --enqueue @/tmp/enqueue-$PHASE.json` reads; prints how many there are.
+enqueue_phase() {
+  python3 - "$1" "$PHASE" > "/tmp/enqueue-$PHASE.json" <<'PY' || return 2
+import json, sys, yaml
+print(json.dumps(yaml.safe_load(open(sys.argv[1]))[sys.argv[2]]))
+PY
+  python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "/tmp/enqueue-$PHASE.json"
+}

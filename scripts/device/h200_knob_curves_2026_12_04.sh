@@ -30,12 +30,7 @@ trap export_phase EXIT
 stop_before_limit "${DEADLINE_S:-555}" INT "advisor tune"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 - "$PHASE" > "/tmp/enqueue-$PHASE.json" <<'PY' || exit 2
-import json, sys, yaml
-phases = yaml.safe_load(open("scripts/device/h200_knob_curves_2026_12_04.yaml"))
-print(json.dumps(phases[sys.argv[1]]))
-PY
-n=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "/tmp/enqueue-$PHASE.json")
+n=$(enqueue_phase scripts/device/h200_knob_curves_2026_12_04.yaml) || exit 2
 python3 -m advisor tune --target vllm --workload chat --model llama-3-8b \
   --workload-param "$(poisson 45)" --workload-param "n_requests=$(( 45 * WINDOW ))" \
   --workload-param drain_limit_s=15 \
