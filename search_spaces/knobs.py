@@ -56,6 +56,8 @@ class Knob:
     flags: tuple[FlagMapping, ...] = ()
     when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     high_from: str | None = None
+    #: What the knob holds for models that read it by role (search_spaces/space.py KNOB_ROLES).
+    role: str = ""
 
     def is_active(self, config: Mapping[str, Any]) -> bool:
         """Whether this knob applies given the values of the knobs it depends on."""

@@ -14,14 +14,17 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from advisor.errors import SearchSpaceError
 from search_spaces.knobs import Knob, parse_flags
 
-__all__ = ["SPACES_DIR", "SearchSpace", "load_space", "visible_gpu_count"]
+__all__ = ["KNOB_ROLES", "SPACES_DIR", "SearchSpace", "load_space", "visible_gpu_count"]
 
 SPACES_DIR = Path(__file__).resolve().parent
 
 _KNOB_FIELDS = {
     "name", "type", "default", "low", "high", "log", "step", "choices", "unit", "help", "stage",
-    "flag", "flags", "when", "high_from",
+    "flag", "flags", "when", "high_from", "role",
 }
+#: What a knob may declare it holds, for models that need to know (knowledge/batch_sim.py):
+#: the most sequences one engine step runs, and the tokens one step may compute.
+KNOB_ROLES = frozenset({"batch_slots", "step_token_budget"})
 _TOP_FIELDS = {"target", "engine", "description", "knobs"}
 _STAGES = {"build", "engine", "search", "client"}
 
@@ -50,6 +53,10 @@ class SearchSpace:
             f"{self.target} has no knob {name!r}; its knobs are: "
             f"{', '.join(k.name for k in self.knobs)}"
         )
+
+    def knob_with_role(self, role: str) -> str | None:
+        """The name of the knob declaring ``role`` (:data:`KNOB_ROLES`), None if none does."""
+        return next((k.name for k in self.knobs if k.role == role), None)
 
     def active_knobs(self, config: Mapping[str, Any]) -> list[Knob]:
         """Knobs that apply to ``config`` (conditions evaluated in order)."""
@@ -149,6 +156,14 @@ class SearchSpace:
                    tuple(knobs), source)
 
 
+def _role(value: Any, fail: Any) -> str:
+    if value is None:
+        return ""
+    if value not in KNOB_ROLES:
+        raise fail("role", f"must be one of {sorted(KNOB_ROLES)}, got {value!r}")
+    return str(value)
+
+
 def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) -> Knob:
     for key in raw:
         if key not in _KNOB_FIELDS:
@@ -186,6 +201,7 @@ def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) 
     common: dict[str, Any] = dict(
         name=name, type=ktype, default=_resolve_high(raw["default"]), unit=str(raw.get("unit", "")),
         help=str(raw.get("help", "")), stage=stage, flags=flags, when=when,
+        role=_role(raw.get("role"), fail),
     )
     if ktype == "categorical":
         choices = raw.get("choices")

@@ -65,6 +65,7 @@ __all__ = [
     "load_preset",
     "max_concurrency",
     "read_trace",
+    "request_shapes",
 ]
 
 KIND = "llm-serving"
@@ -491,6 +492,24 @@ def _arrivals(spec: LLMWorkloadSpec, rng: np.random.Generator, n: int) -> np.nda
         gaps = rng.gamma(arrival.burstiness, 1.0 / (arrival.rate_rps * arrival.burstiness),
                          size=n)
     return np.cumsum(gaps)
+
+
+def request_shapes(spec: LLMWorkloadSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival times s, prompt lengths, output lengths) of the measured requests of ``spec``:
+    what :func:`generate_requests` draws, without the token ids (the same seeded streams), for
+    models that replay a run's requests (knowledge/batch_sim.py). Prompt lengths leave out a
+    shared prefix; a trace gives its own."""
+    arr_rng, len_rng, _, _ = _streams(spec.seed, 0)
+    n = spec.n_requests
+    if spec.arrival.process == "trace":
+        assert spec.arrival.trace is not None
+        entries = sorted(read_trace(spec.arrival.trace), key=lambda e: e.arrival_s)[:n]
+        return (np.array([e.arrival_s for e in entries]),
+                np.array([e.prompt_len for e in entries], dtype=np.int64),
+                np.array([e.output_len for e in entries], dtype=np.int64))
+    assert spec.prompt_len is not None and spec.output_len is not None
+    arrivals = _arrivals(spec, arr_rng, n)
+    return arrivals, spec.prompt_len.sample(len_rng, n), spec.output_len.sample(len_rng, n)
 
 
 def generate_requests(spec: LLMWorkloadSpec, vocab_size: int) -> list[RequestSpec]:

@@ -1,0 +1,340 @@
+"""The continuous-batching simulator (knowledge/batch_sim.py) against the load curves and the
+knob-level models, on the shipped GPU serving trials: held-out rates and held-out configs.
+
+    PYTHONPATH=. python benchmarks/batch_sim.py                  # every test, the shipped data
+    PYTHONPATH=. python benchmarks/batch_sim.py --json out.json  # also write the figures
+
+Each trial is replayed from its workload spec (the same seeded arrivals and lengths the client
+sent). A config's *step class* is its config less the knobs whose role is the batch-slot limit
+or the step's token budget (the search space marks them): configs of one class share one
+step-time model, fitted to the server's mean inter-token latency of the class's training trials.
+
+Three tests, each against what the shipped models answer on the same trials:
+
+* ``workload folds``: the 5 folds of ``advisor knowledge eval --group-by workload`` (a held-out
+  workload, i.e. a rate and its seed, predicted from the rest). Scored on the trials whose config
+  was measured on the training side (the eval's "measured at other rates" column): the batch
+  model of its class against the config's load curve.
+* ``between rates``: the trials of the 2026-12-04 between-rates study (the shipped file of it)
+  predicted from every other shipped trial (as benchmarks/between_rates.py does for the curves).
+* ``held-out configs``: every config whose class has other measured configs, held out with all
+  its trials; the class's other configs fit the batch model, which simulates the held-out
+  config's own batch limits. Against the load curves predicted from the knobs (the GP the
+  context uses) and the knob-level surrogate, fitted on the same rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge import TrialStatus, TrialStore
+from knowledge.batch_sim import Observation, RequestStream, fit_batch_model
+from knowledge.curve_model import KnobCurveModel
+from knowledge.load_curve import config_key, unvaried_knobs
+from knowledge.store import TrialFilter
+from knowledge.surrogate import (
+    DEFAULT_FAMILY,
+    KNOB_CURVE_FAMILY,
+    FeatureEncoder,
+    IntervalRegressor,
+    _forward,
+    _inverse,
+    _usable,
+    _xy,
+    context_of,
+    cost_law,
+    fit_load_curves,
+    metric_transform,
+    workload_features,
+)
+from knowledge.transfer import import_file, import_shipped_knowledge, shipped_file
+from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
+from search_spaces.space import load_space
+
+METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
+BETWEEN = "h200-vllm-between-2026-12-04.jsonl"
+
+
+class Replay:
+    """What the simulator needs of each trial of one target: its request stream, batch limits,
+    mean engine iteration and step class."""
+
+    def __init__(self, target: str, trials: Sequence[Any]) -> None:
+        space = load_space(target)
+        self.slots = space.knob_with_role("batch_slots")
+        self.budget = space.knob_with_role("step_token_budget")
+        self.defaults = space.default_config()
+        self.unvaried = unvaried_knobs([t.config for t in trials])
+        self._streams: dict[str, RequestStream] = {}
+
+    def usable(self, trial: Any) -> bool:
+        spec = trial.workload_spec
+        itl = ((trial.details.get("server_metrics") or {}).get("itl") or {}).get("mean_ms")
+        return (self.slots is not None and self.budget is not None and spec.get("kind") == KIND
+                and isinstance(itl, int | float) and itl > 0)
+
+    def stream(self, trial: Any) -> RequestStream:
+        key = json.dumps(trial.workload_spec, sort_keys=True)
+        if key not in self._streams:
+            spec = LLMWorkloadSpec.from_params(trial.workload_spec["params"])
+            arrivals, prompts, outputs = request_shapes(spec)
+            self._streams[key] = RequestStream(arrivals, prompts, outputs, spec.drain_limit_s)
+        return self._streams[key]
+
+    def limits(self, config: dict) -> tuple[int, int]:
+        assert self.slots is not None and self.budget is not None
+        return (int(config.get(self.slots, self.defaults[self.slots])),
+                int(config.get(self.budget, self.defaults[self.budget])))
+
+    def step_class(self, config: dict) -> str:
+        rest = {k: v for k, v in config.items()
+                if k not in (self.slots, self.budget) and k not in self.unvaried}
+        return json.dumps(rest, sort_keys=True, default=str)
+
+    def observation(self, trial: Any) -> Observation:
+        slots, budget = self.limits(trial.config)
+        itl = float(trial.details["server_metrics"]["itl"]["mean_ms"])
+        stream = self.stream(trial)
+        return Observation(stream, slots, budget, itl, trial.metrics,
+                           first_token_ms(trial.details.get("requests"), len(stream.arrivals_s)))
+
+    def fit(self, trials: Sequence[Any]) -> dict[str, Any]:
+        """One batch model per step class of ``trials``."""
+        classes: dict[str, list[Any]] = {}
+        for t in trials:
+            if self.usable(t):
+                classes.setdefault(self.step_class(t.config), []).append(t)
+        return {k: fit_batch_model([self.observation(t) for t in ts])
+                for k, ts in classes.items()}
+
+    def predict(self, models: dict[str, Any], trial: Any) -> dict[str, float] | None:
+        model = models.get(self.step_class(trial.config))
+        if model is None or trial.workload_spec.get("kind") != KIND:
+            return None
+        return model.predict(self.stream(trial), *self.limits(trial.config))
+
+
+def first_token_ms(requests: Any, n: int) -> np.ndarray | None:
+    """Each request's measured TTFT (ms) by its index in the stream, from a trial's per-request
+    samples (NaN where missing), or None without them."""
+    if not isinstance(requests, dict) or not requests.get("index") or not requests.get("ttft_ms"):
+        return None
+    out = np.full(n, np.nan)
+    for i, v in zip(requests["index"], requests["ttft_ms"], strict=False):
+        if isinstance(i, int) and 0 <= i < n and isinstance(v, int | float):
+            out[i] = float(v)
+    return out
+
+
+def _ape(pred: float | None, truth: Any) -> float | None:
+    if pred is None or not isinstance(truth, int | float) or truth <= 0:
+        return None
+    return abs(pred - truth) / truth
+
+
+def _score(errors: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    return {m: {name: {"n": len(e), "mape": float(np.mean(e)), "median_ape": float(np.median(e))}
+                for name, e in by.items() if e} for m, by in errors.items()}
+
+
+def workload_folds(replay: Replay, usable: list, folds: int = 5) -> dict:
+    """The eval's workload folds: curves against the batch model on trials whose config was
+    measured on the training side."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.asarray([t.workload_hash for t in usable])
+    errors: dict[str, dict[str, list[float]]] = {m: {"curves": [], "batch model": []}
+                                                 for m in METRICS}
+    for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(
+            np.zeros(len(usable)), groups=groups):
+        train_trials = [usable[i] for i in train]
+        trained = {t.config_hash for t in train_trials}
+        curves = fit_load_curves(train_trials)
+        models = replay.fit(train_trials)
+        for i in test:
+            t = usable[i]
+            if t.config_hash not in trained:
+                continue
+            sim = replay.predict(models, t)
+            for m in METRICS:
+                c = curves.predict(t.config, workload_features(t.workload_spec), m) \
+                    if curves is not None else None
+                ec = _ape(c[0] if c else None, t.metrics.get(m))
+                es = _ape(sim.get(m) if sim else None, t.metrics.get(m))
+                if ec is not None and es is not None:  # the same trials for both
+                    errors[m]["curves"].append(ec)
+                    errors[m]["batch model"].append(es)
+    return _score(errors)
+
+
+def between_rates(replay: Replay, usable: list, between: set[str]) -> dict:
+    held = [t for t in usable if t.uid in between]
+    train = [t for t in usable if t.uid not in between]
+    if not held:
+        return {}
+    curves = fit_load_curves(train)
+    models = replay.fit(train)
+    errors: dict[str, dict[str, list[float]]] = {m: {"curves": [], "batch model": []}
+                                                 for m in METRICS}
+    for t in held:
+        sim = replay.predict(models, t)
+        for m in METRICS:
+            c = curves.predict(t.config, workload_features(t.workload_spec), m) \
+                if curves is not None else None
+            ec = _ape(c[0] if c else None, t.metrics.get(m))
+            es = _ape(sim.get(m) if sim else None, t.metrics.get(m))
+            if ec is not None and es is not None:
+                errors[m]["curves"].append(ec)
+                errors[m]["batch model"].append(es)
+    return _score(errors)
+
+
+def held_out_configs(replay: Replay, usable: list) -> dict:
+    """Leave one config out (its curve identity); the batch model of its class, fitted on the
+    class's other configs, against the knob-level curve model and the surrogate."""
+    wl = [workload_features(t.workload_spec) for t in usable]
+    rate = "rate_rps"
+    identity = [config_key(t.config, w, rate, replay.unvaried) for t, w in zip(usable, wl,
+                                                                                strict=True)]
+    errors: dict[str, dict[str, list[float]]] = {
+        m: {"batch model": [], f"curves from knobs ({KNOB_CURVE_FAMILY})": [], "surrogate": []}
+        for m in METRICS}
+    for held in sorted(set(identity)):
+        test = [i for i, k in enumerate(identity) if k == held]
+        train = [i for i, k in enumerate(identity) if k != held]
+        cls = replay.step_class(usable[test[0]].config)
+        same_class = [usable[i] for i in train if replay.usable(usable[i])
+                      and replay.step_class(usable[i].config) == cls]
+        if not same_class:
+            continue
+        train_trials = [usable[i] for i in train]
+        models = replay.fit(same_class)
+        curves = fit_load_curves(train_trials)
+        encoder = FeatureEncoder().fit([t.config for t in train_trials], [wl[i] for i in train])
+        knob = (KnobCurveModel(family=KNOB_CURVE_FAMILY).fit(curves, encoder.transform)
+                if curves is not None and KNOB_CURVE_FAMILY else None)
+        for m in METRICS:
+            X, y, groups, _ = _xy(train_trials, encoder, m)
+            kind = metric_transform(m, y)
+            law = cost_law(encoder, m) if kind == "log" else None
+            reg = IntervalRegressor(family=DEFAULT_FAMILY, cost_law=law).fit(
+                X, _forward(kind, y), groups)
+            for i in test:
+                t = usable[i]
+                sim = replay.predict(models, t)
+                c, _, _ = reg.predict_interval(encoder.transform([t.config], [wl[i]]))
+                surrogate = float(_inverse(kind, c)[0])
+                p = knob.predict(t.config, wl[i], m) if knob is not None else None
+                row = {"batch model": _ape(sim.get(m) if sim else None, t.metrics.get(m)),
+                       f"curves from knobs ({KNOB_CURVE_FAMILY})": _ape(
+                           p[0] if p else surrogate, t.metrics.get(m)),
+                       "surrogate": _ape(surrogate, t.metrics.get(m))}
+                if all(v is not None for v in row.values()):
+                    for name, v in row.items():
+                        errors[m][name].append(v)
+    return _score(errors)
+
+
+def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], like: str
+            ) -> list[dict]:
+    """Predictions for configs never measured: each at each (rate, seed), on the workload of the
+    shipped trial ``like`` (its uid) moved to that rate (its arrival window kept) and seed,
+    from the batch model of the config's step class fitted on every shipped trial."""
+    template = next(t for t in trials if t.uid == like)
+    context = [t for t in trials if context_of(t) == context_of(template)]
+    usable = _usable(context)
+    replay = Replay(template.target, usable)
+    models = replay.fit(usable)
+    params = template.workload_spec["params"]
+    window = params["n_requests"] / params["arrival"]["rate_rps"]
+    out = []
+    for config in configs:
+        full = replay.defaults | config
+        model = models.get(replay.step_class(full))
+        for rate, seed in runs:
+            p = {**params, "arrival": {**params["arrival"], "rate_rps": rate},
+                 "n_requests": max(1, round(window * rate)), "seed": seed}
+            spec = LLMWorkloadSpec.from_params(p)
+            stream = RequestStream(*request_shapes(spec), spec.drain_limit_s)
+            figures = model.predict(stream, *replay.limits(full)) if model else None
+            row = {"config": config, "rate_rps": rate, "seed": seed,
+                   "n_requests": p["n_requests"],
+                   "predicted": {m: figures[m] for m in METRICS} if figures else None,
+                   "step_model": list(model.step.as_tuple()) if model else None}
+            out.append(row)
+            shown = ("no measured step class" if figures is None else
+                     "  ".join(f"{m} {figures[m]:8.1f}" for m in METRICS))
+            print(f"{json.dumps(config):50} {rate:6.1f} req/s seed {seed:2d}  {shown}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--predict", action="append", type=json.loads, default=[],
+                        metavar="CONFIG_JSON",
+                        help="predict this unmeasured config (knobs that differ from the "
+                             "space's defaults) instead of running the tests; repeatable")
+    parser.add_argument("--runs", default="30:9,15:10,45:11,60:12",
+                        help="with --predict: rate:seed pairs (default %(default)s)")
+    parser.add_argument("--like", help="with --predict: the uid of the shipped trial whose "
+                                       "workload the predicted runs share")
+    parser.add_argument("--tests", default="folds,between,configs",
+                        help="which tests, comma-separated (folds, between, configs)")
+    args = parser.parse_args()
+    store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'shipped.db'}")
+    import_shipped_knowledge(store)
+    done = TrialFilter(status=TrialStatus.COMPLETE)
+    trials = [t for t in store.list_trials(done) if t.metrics]
+    report: dict[str, Any] = {}
+    by_context: dict[Any, list] = {}
+    for t in trials:
+        by_context.setdefault(context_of(t), []).append(t)
+    if args.predict:
+        if not args.like:
+            parser.error("--predict needs --like UID")
+        runs = [(float(r), int(sd)) for r, sd in (x.split(":") for x in args.runs.split(","))]
+        rows = predict(trials, args.predict, runs, args.like)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return
+    tests = set(args.tests.split(","))
+    held_store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'between.db'}")
+    import_file(held_store, shipped_file(BETWEEN))
+    between = {t.uid for t in held_store.list_trials(done)}
+    for key, ctx in sorted(by_context.items(), key=lambda kv: kv[0].label()):
+        usable = _usable(ctx)
+        try:
+            replay = Replay(key.target, usable)
+        except Exception:  # no search space of that name: not a served target
+            continue
+        if not any(replay.usable(t) for t in usable):
+            continue
+        label = key.label()
+        results = {}
+        if "folds" in tests:
+            results["workload folds"] = workload_folds(replay, usable)
+        if "between" in tests:
+            results["between rates"] = between_rates(replay, usable, between)
+        if "configs" in tests:
+            results["held-out configs"] = held_out_configs(replay, usable)
+        report[label] = results
+        for test, by_metric in results.items():
+            for m, cands in by_metric.items():
+                line = "  ".join(f"{name} {s['mape']:6.1%} (median {s['median_ape']:5.1%})"
+                                 for name, s in cands.items())
+                n = next(iter(cands.values()))["n"] if cands else 0
+                print(f"{label:40} {test:17} {m:20} n={n:3d}  {line}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

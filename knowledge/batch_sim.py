@@ -1,0 +1,337 @@
+"""A discrete-event simulator of continuous batching, driven by a step-time model fitted from the
+engine's own per-iteration timings.
+
+An LLM server under continuous batching runs engine steps back to back. Each step decodes one
+token for every running sequence and spends what is left of its token budget on prompt chunks
+(the oldest waiting prompts first, as many new sequences as free batch slots allow); a step
+takes ``fixed + per_sequence * decodes + per_prefill_token * prompt tokens`` milliseconds. A
+prompt's last chunk yields its first token; a sequence leaves when its output is complete.
+Replaying a workload's exact requests (arrival times, prompt and output lengths) through that
+loop gives every request's TTFT, TPOT and end-to-end latency, so the figures the client
+reports (percentiles over the run, throughput to the last completion, requests still running
+at the drain limit cut off) come out of one simulation, including the knee where the batch
+slots fill and a queue forms, and the backlog a finite run leaves past it.
+
+The step-time model is fitted to the server's mean inter-token latency (an engine iteration
+per token) of measured runs: simulate each run with the current model, read the
+decode-weighted means of the step's regressors, solve a non-negative least squares for the
+three costs, repeat (:func:`fit_batch_model`). What the simulator leaves out (HTTP,
+tokenisation, streaming: the time a request spends outside the engine) is one offset per
+first-token latency, read where the simulation shows no queue.
+
+Nothing here names an engine or a knob: the caller passes the batch-slot limit and the step's
+token budget (the search space marks the knobs that hold them with a ``role``) and the request
+stream (``objectives`` builds it from a workload spec).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["BatchModel", "Observation", "RequestStream", "SimulatedRun", "StepModel",
+           "fit_batch_model", "prefill_cost_ms", "simulate"]
+
+#: Percentiles the client reports (objectives/llm/metrics.py), the simulator reports the same.
+_PERCENTILES = (50, 90, 95, 99)
+#: Fixed-point rounds of the step-model fit: simulate, regress, repeat (the costs settle in
+#: two or three; each round costs one simulation per observation).
+FIT_ROUNDS = 3
+#: A run counts as queue-free (its TTFT is engine prefill plus the time outside the engine)
+#: when 95 % of its simulated requests took a batch slot within this many engine steps of
+#: arriving (the step under way, and one more where a step's token budget ran out).
+_QUEUE_FREE_STEPS = 2
+#: Shortest step the model may predict (ms): a fit through few runs may put the fixed cost at 0.
+_MIN_STEP_MS = 0.5
+
+
+@dataclass(frozen=True)
+class RequestStream:
+    """One run's requests in arrival order: arrival times from the run's start (s), prompt and
+    output lengths (tokens), and the drain limit after the last arrival (s; None: wait for all)."""
+
+    arrivals_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    drain_limit_s: float | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.arrivals_s)
+        if not n or len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError("a request stream needs one prompt and one output length per "
+                             f"arrival, got {n}, {len(self.prompt_tokens)}, "
+                             f"{len(self.output_tokens)}")
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """One engine step's duration (ms) from what it computes."""
+
+    fixed_ms: float
+    per_sequence_ms: float
+    per_prefill_token_ms: float
+
+    def step_ms(self, decodes: int, prefill_tokens: float) -> float:
+        return max(self.fixed_ms + self.per_sequence_ms * decodes
+                   + self.per_prefill_token_ms * prefill_tokens, _MIN_STEP_MS)
+
+    def as_tuple(self) -> tuple[float, float, float]:
+        return self.fixed_ms, self.per_sequence_ms, self.per_prefill_token_ms
+
+
+@dataclass
+class SimulatedRun:
+    """Per request: first-token and finish times (s from the run's start; NaN where it never
+    got there before the drain limit), the time a batch slot took it, and the tokens it
+    produced; plus the decode-weighted mean regressors of the steps (for the fit)."""
+
+    stream: RequestStream
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    admitted_s: np.ndarray
+    waited_steps: np.ndarray
+    produced: np.ndarray
+    end_s: float
+    step_regressors: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    mean_step_ms: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """The client's figures of this run: TTFT / TPOT / E2E percentiles and means (ms) over
+        the requests (a request cut off at the drain limit counts with its lower bounds, never
+        in TPOT), output tokens and completed requests per second to the last completion."""
+        s = self.stream
+        done = ~np.isnan(self.finish_s)
+        cut = ~done
+        ttft = np.where(np.isnan(self.first_token_s), self.end_s, self.first_token_s) - s.arrivals_s
+        e2e = np.where(done, self.finish_s, self.end_s) - s.arrivals_s
+        multi = done & (s.output_tokens > 1)
+        tpot = ((self.finish_s - self.first_token_s)[multi]
+                / (s.output_tokens[multi] - 1))
+        out: dict[str, float] = {}
+        for family, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            if len(values):
+                ms = np.asarray(values, dtype=float) * 1e3
+                out |= {f"{family}_p{q}_ms": float(np.percentile(ms, q)) for q in _PERCENTILES}
+                out[f"{family}_mean_ms"] = float(ms.mean())
+        duration = float(np.nanmax(np.where(done, self.finish_s, np.nan))) if done.any() else 0.0
+        duration = max(duration, self.end_s if cut.any() else 0.0)
+        if duration > 0:
+            out["output_tokens_per_s"] = float(self.produced.sum()) / duration
+            out["requests_per_s"] = float(done.sum()) / duration
+        return out
+
+    def queue_free(self) -> bool:
+        """Whether 95 % of the requests took a batch slot within :data:`_QUEUE_FREE_STEPS`
+        engine steps of arriving (a request never admitted waited forever)."""
+        waited = np.where(np.isnan(self.admitted_s), np.inf, self.waited_steps)
+        return bool(np.percentile(waited, 95) <= _QUEUE_FREE_STEPS)
+
+
+def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepModel
+             ) -> SimulatedRun:
+    """Replay ``stream`` through continuous batching with at most ``slots`` sequences and
+    ``token_budget`` tokens per step (running sequences first, then the oldest waiting)."""
+    if slots < 1 or token_budget < 1:
+        raise ValueError(f"`slots >= 1` and `token_budget >= 1` must hold, got {slots}, "
+                         f"{token_budget}")
+    arrivals = np.asarray(stream.arrivals_s, dtype=float)
+    prompt = np.maximum(np.asarray(stream.prompt_tokens, dtype=float), 1.0)
+    output = np.maximum(np.asarray(stream.output_tokens, dtype=float), 1.0)
+    n = len(arrivals)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    admitted = np.full(n, np.nan)
+    queued_at = np.zeros(n)
+    waited = np.zeros(n)
+    produced = np.zeros(n)
+    prefill_left = prompt.copy()
+    out_left = output.copy()
+    cutoff = (arrivals[-1] + stream.drain_limit_s if stream.drain_limit_s is not None
+              else math.inf)
+    waiting: deque[int] = deque()
+    running = np.zeros(0, dtype=int)
+    t, nxt = 0.0, 0
+    weighted = np.zeros(3)
+    weight = 0.0
+    step_total, steps = 0.0, 0
+    while True:
+        while nxt < n and arrivals[nxt] <= t:
+            waiting.append(nxt)
+            queued_at[nxt] = steps
+            nxt += 1
+        if not len(running) and not waiting:
+            if nxt >= n:
+                break
+            t = float(arrivals[nxt])
+            continue
+        if t > cutoff:
+            break
+        budget = float(token_budget)
+        decoding = prefill_left[running] <= 0
+        decodes = int(decoding.sum())  # the budget is never below the slots (engines check it)
+        budget -= decodes
+        chunk = np.zeros(len(running))
+        for j in np.flatnonzero(~decoding):
+            if budget <= 0:
+                break
+            chunk[j] = min(prefill_left[running[j]], budget)
+            budget -= chunk[j]
+        new: list[int] = []
+        new_chunk: list[float] = []
+        while waiting and len(running) + len(new) < slots and budget > 0:
+            i = waiting.popleft()
+            c = min(float(prefill_left[i]), budget)
+            new.append(i)
+            new_chunk.append(c)
+            admitted[i] = t
+            waited[i] = steps - queued_at[i]
+            budget -= c
+        if new:
+            running = np.concatenate([running, np.asarray(new, dtype=int)])
+            chunk = np.concatenate([chunk, new_chunk])
+            decoding = np.concatenate([decoding, np.zeros(len(new), dtype=bool)])
+        prefill_tokens = float(chunk.sum())
+        dt_ms = step.step_ms(decodes, prefill_tokens)
+        # A stretch of decode-only steps changes nothing but the clock and the outputs until a
+        # sequence finishes or (with a free slot) a request arrives: take it in one go.
+        repeat = 1
+        if prefill_tokens == 0 and decodes:
+            repeat = int(out_left[running].min())
+            if nxt < n and len(running) < slots:
+                repeat = min(repeat, max(1, math.ceil((arrivals[nxt] - t) * 1e3 / dt_ms)))
+        if decodes:
+            weighted += repeat * decodes * np.asarray([1.0, decodes, prefill_tokens])
+            weight += repeat * decodes
+        step_total += repeat * dt_ms
+        steps += repeat
+        t += repeat * dt_ms / 1e3
+        ids = running
+        emit = decoding.copy()
+        prefill_left[ids] -= chunk
+        completes = (~decoding) & (chunk > 0) & (prefill_left[ids] <= 0)
+        if completes.any():
+            first[ids[completes]] = t
+            emit |= completes
+        out_left[ids[emit]] -= repeat if repeat > 1 else 1
+        produced[ids[emit]] += repeat if repeat > 1 else 1
+        gone = emit & (out_left[ids] <= 0)
+        if gone.any():
+            finish[ids[gone]] = t
+            running = ids[~gone]
+    return SimulatedRun(stream, first, finish, admitted, waited, produced, t,
+                        weighted / weight if weight else np.zeros(3),
+                        step_total / steps if steps else 0.0)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured run for the fit: its requests, the batch limits it ran with, the engine's
+    mean time per iteration (the server's mean inter-token latency, ms) and its figures."""
+
+    stream: RequestStream
+    slots: int
+    token_budget: int
+    mean_step_ms: float
+    measured: Mapping[str, float]
+    #: Each request's measured TTFT (ms, aligned with the stream; NaN where not recorded).
+    first_token_ms: np.ndarray | None = None
+
+    @property
+    def offered_rps(self) -> float:
+        return len(self.stream.arrivals_s) / max(float(self.stream.arrivals_s[-1]), 1e-9)
+
+
+def prefill_cost_ms(observations: Sequence[Observation]) -> float | None:
+    """The engine's time per prompt token (ms), read off the light-load runs: each request's
+    measured TTFT against its prompt length (least squares), the median slope over the runs at
+    the lowest quarter of the offered rates that recorded per-request TTFTs (at light load a
+    request's first token is one prefill step after it arrives, so the slope is the prefill
+    cost; the intercept holds the step's fixed cost and the time outside the engine)."""
+    light = _light(observations)
+    slopes = []
+    for o in light:
+        if o.first_token_ms is None:
+            continue
+        ttft = np.asarray(o.first_token_ms, dtype=float)
+        ok = np.isfinite(ttft)
+        if ok.sum() < 10:
+            continue
+        prompt = np.asarray(o.stream.prompt_tokens, dtype=float)[ok]
+        if np.ptp(prompt) <= 0:
+            continue
+        slopes.append(float(np.polyfit(prompt, ttft[ok], 1)[0]))
+    return max(float(np.median(slopes)), 0.0) if slopes else None
+
+
+#: Share of the offered rates (lowest first) whose runs count as light load.
+_LIGHT_SHARE = 0.25
+
+
+def _light(observations: Sequence[Observation]) -> list[Observation]:
+    """The observations at the lowest quarter of the offered rates (at least one)."""
+    rates = np.asarray([o.offered_rps for o in observations])
+    bound = float(np.quantile(rates, _LIGHT_SHARE))
+    return [o for o, r in zip(observations, rates, strict=True) if r <= bound + 1e-9]
+
+
+@dataclass(frozen=True)
+class BatchModel:
+    """A fitted step-time model and the offsets of the first-token latencies (ms) for the time
+    a request spends outside the engine."""
+
+    step: StepModel
+    offsets_ms: Mapping[str, float]
+
+    def predict(self, stream: RequestStream, slots: int, token_budget: int
+                ) -> dict[str, float]:
+        """The client's figures of ``stream`` under these batch limits."""
+        figures = simulate(stream, slots, token_budget, self.step).metrics()
+        for name, offset in self.offsets_ms.items():
+            if name in figures:
+                figures[name] = max(figures[name] + offset, 1e-3)
+        return figures
+
+
+def _offset_names(figures: Mapping[str, float]) -> list[str]:
+    """The figures that include the wait for the first token (and so the time outside it)."""
+    return [m for m in figures if m.startswith(("ttft_", "e2e_")) and m.endswith("_ms")]
+
+
+def fit_batch_model(observations: Sequence[Observation], rounds: int = FIT_ROUNDS
+                    ) -> BatchModel:
+    """The step-time model that reproduces the observations' mean iteration times (its prompt
+    token cost read off the light-load runs, :func:`prefill_cost_ms`), and the latency
+    offsets read at the light-load runs the simulation shows without a queue."""
+    from scipy.optimize import nnls
+
+    if not observations:
+        raise ValueError("fit_batch_model needs at least one observation")
+    y = np.asarray([o.mean_step_ms for o in observations], dtype=float)
+    if np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("every observation needs a positive mean step time")
+    prefill = prefill_cost_ms(observations)
+    step = StepModel(float(np.min(y)) * 0.8, 0.05, 0.01 if prefill is None else prefill)
+    w = 1.0 / y
+    for _ in range(max(rounds, 1)):
+        runs = [simulate(o.stream, o.slots, o.token_budget, step) for o in observations]
+        X = np.asarray([r.step_regressors for r in runs])
+        if prefill is None:
+            coef, _ = nnls(X * w[:, None], y * w)
+        else:  # the prompt cost is known: the fixed and per-sequence costs take the rest
+            two, _ = nnls(X[:, :2] * w[:, None], (y - prefill * X[:, 2]) * w)
+            coef = np.asarray([two[0], two[1], prefill])
+        step = StepModel(*map(float, coef))
+    offsets: dict[str, list[float]] = {}
+    for o in _light(observations):
+        run = simulate(o.stream, o.slots, o.token_budget, step)
+        if not run.queue_free():
+            continue
+        figures = run.metrics()
+        for name in _offset_names(figures):
+            if isinstance(o.measured.get(name), int | float):
+                offsets.setdefault(name, []).append(float(o.measured[name]) - figures[name])
+    return BatchModel(step, {k: float(np.median(v)) for k, v in offsets.items()})
