@@ -411,6 +411,8 @@ def tune_cmd(
         err.print("[yellow]--timeout is deprecated[/yellow]: it limits each trial, so it is now "
                   "--trial-timeout", soft_wrap=True)
         trial_timeout = timeout
+    if model_config is not None:  # before the shape is read and named: faiss takes no model
+        check_takes_model(get_target(target), "--model-config")
     model = _model_option(model, model_config)
     if model is not None:
         check_model(model)

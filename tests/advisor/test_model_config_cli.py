@@ -91,6 +91,16 @@ def test_bad_json_in_a_file_is_one_line(env: dict[str, str], tmp_path: Path) -> 
     assert run.returncode == 2 and "name different shapes" in run.stderr
 
 
+def test_a_target_without_a_model_refuses_the_option_in_one_line(env: dict[str, str]) -> None:
+    """A vector index serves no model: `tune` says so before it reads and names the shape."""
+    for command, extra in (("tune", ["--trials", "1"]),
+                           ("recommend", ["--slo", "recall_at_10>=0.9"])):
+        run = advisor(command, "--target", "faiss", *extra, "--model-config", QWEN, env=env)
+        assert run.returncode == 2, run.stderr
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "faiss takes none" in lines[0], run.stderr
+
+
 def test_recommend_says_precisely_why_an_unmeasured_shape_has_no_answer(
         env: dict[str, str]) -> None:
     run = advisor("recommend", "--target", "vllm", "--slo", SLO, "--hardware", "h200",
