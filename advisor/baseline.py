@@ -159,13 +159,16 @@ def decide(*, objective: Objective, slo: SLO, candidate_config: Mapping[str, Any
            default_objective_values: Sequence[float] = (),
            paired: PairedComparison | None = None, default_figures_basis: str | None = None,
            default_source: str | None = None, default_trials: Sequence[int] = (),
-           default_objective: float | None = None) -> DefaultComparison:
+           default_objective: float | None = None,
+           equal_because: str | None = None) -> DefaultComparison:
     """The verdict of a candidate against the engine default (see the module docstring).
 
     ``default_meets_slo`` is ``None`` when the default was neither measured nor predicted;
     ``default_objective_values`` are its repeated measurements of the objective, for the noise;
     ``default_objective`` is the default's objective the gain is computed from (default: its
     figure in ``default_figures``; the model path passes the prediction, like the candidate's).
+    ``equal_because``: why the caller gave both configs the same objective (the reason then
+    says so rather than quote a gain of +0.0 %).
     """
     common: dict[str, Any] = {
         "default_config": None if default_config is None else dict(default_config),
@@ -219,8 +222,9 @@ def decide(*, objective: Objective, slo: SLO, candidate_config: Mapping[str, Any
     if g > threshold:
         return DefaultComparison("config", basis, f"{metric} {g:+.1%} against the engine "
                                  f"default ({how})", gain=g, threshold=threshold, **common)
+    compared = (f"counts as equal to it: {equal_because}" if equal_because is not None
+                and g == 0 else f"is {g:+.1%} against it ({how})")
     return DefaultComparison("keep_defaults", basis,
                              f"the engine default meets the SLO and the best config's {metric} "
-                             f"is {g:+.1%} against it ({how})", gain=g, threshold=threshold,
-                             **common)
+                             f"{compared}", gain=g, threshold=threshold, **common)
 

@@ -932,6 +932,7 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     candidate_figures = {m: p.value for m, p in rec.predicted.items()}
     if both_measured:
         candidate_figures[objective.metric] = candidate_measured[objective.metric]
+    equal_because = None
     if _load_bound(ctx, [default, rec.config or {}], features, objective.metric):
         # Below both configs' capacities each serves the offered rate, and a throughput is
         # that rate times the tokens of the workload's requests: a difference between the two
@@ -943,6 +944,8 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
             f"{objective.metric}; the two are compared on it as equal")))
         candidate_figures[objective.metric] = (measured if rows else predicted)[
             objective.metric]
+        equal_because = ("below both configs' load-curve capacities the offered load sets "
+                         "it")
     elif rows and not candidate_rows and objective.metric in rec.predicted:
         # A prediction against a measurement: the unmeasured candidate must beat the default's
         # measured figure at its interval's cautious end, not its point. (Below capacity every
@@ -965,7 +968,7 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
         else predicted.get(objective.metric),
         default_figures_basis="measured" if rows else "predicted",
         default_source="measured at this workload" if rows else "the same models",
-        default_trials=[ctx.trial_ids[i] for i in rows])
+        default_trials=[ctx.trial_ids[i] for i in rows], equal_because=equal_because)
     if verdict.answer != "keep_defaults" or verdict.basis == "is_default":
         return replace(rec, answer=verdict.answer, baseline=verdict)
     evidence = _evidence(ctx, default, features, slo, needed)

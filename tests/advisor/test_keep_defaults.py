@@ -151,6 +151,24 @@ def test_a_candidate_worse_than_a_default_meeting_the_slo_is_never_returned() ->
     assert lower.answer == "config" and lower.gain == pytest.approx(0.4)  # 40 % lower latency
 
 
+def test_an_objective_counted_equal_says_why_instead_of_a_zero_gain() -> None:
+    """Where the caller sets both configs' objective to one figure (a throughput the offered
+    load sets), the reason gives the caller's why, not "+0.0 % against it"."""
+    slo = parse_slo(WITHIN)
+    figures = {"qps": 500.0, "p95_latency_ms": 0.5, "recall_at_10": 0.99}
+    verdict = decide(objective=QPS, slo=slo, candidate_config=NEAR, candidate_figures=figures,
+                     default_config=DEFAULT, default_figures=figures, default_meets_slo=True,
+                     default_objective_values=(490.0, 500.0, 510.0),
+                     equal_because="the offered load sets it")
+    assert verdict.answer == "keep_defaults" and verdict.gain == 0
+    assert verdict.reason.endswith("qps counts as equal to it: the offered load sets it")
+    assert "+0.0" not in verdict.reason
+    # without the why, a zero gain is reported as one
+    plain = decide(objective=QPS, slo=slo, candidate_config=NEAR, candidate_figures=figures,
+                   default_config=DEFAULT, default_figures=figures, default_meets_slo=True)
+    assert "+0.0% against it" in plain.reason
+
+
 @pytest.fixture
 def models(store: TrialStore) -> KnowledgeModels:
     populate(store)

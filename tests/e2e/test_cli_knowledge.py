@@ -104,6 +104,7 @@ def test_an_unmeasured_variant_never_displaces_a_measured_default_on_its_point_p
     assert answer["answer"] == "keep_defaults", answer["baseline"]
     assert answer["baseline"]["default_figures_basis"] == "measured"
     assert any("the offered load sets output_tokens_per_s" in n for n in answer["notes"])
+    assert "counts as equal to it" in answer["baseline"]["reason"], answer["baseline"]
 
 
 def test_recommend_flags_uncovered_hardware(env: dict[str, str]) -> None:
