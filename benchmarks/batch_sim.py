@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from knowledge import TrialStatus, TrialStore
-from knowledge.batch_sim import Observation, RequestStream, fit_batch_model
+from knowledge.batch_sim import FRONTEND_TOKEN_MS, Observation, RequestStream, fit_batch_models
 from knowledge.curve_model import KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
@@ -66,7 +66,9 @@ class Replay:
     """What the simulator needs of each trial of one target: its request stream, batch limits,
     mean engine iteration and step class."""
 
-    def __init__(self, target: str, trials: Sequence[Any]) -> None:
+    def __init__(self, target: str, trials: Sequence[Any],
+                 frontend_costs: Sequence[float] = FRONTEND_TOKEN_MS) -> None:
+        self.frontend_costs = tuple(frontend_costs)
         space = load_space(target)
         self.slots = space.knob_with_role("batch_slots")
         self.budget = space.knob_with_role("step_token_budget")
@@ -111,8 +113,8 @@ class Replay:
         for t in trials:
             if self.usable(t):
                 classes.setdefault(self.step_class(t.config), []).append(t)
-        return {k: fit_batch_model([self.observation(t) for t in ts])
-                for k, ts in classes.items()}
+        return fit_batch_models({k: [self.observation(t) for t in ts]
+                                 for k, ts in classes.items()}, self.frontend_costs)
 
     def predict(self, models: dict[str, Any], trial: Any) -> dict[str, float] | None:
         model = models.get(self.step_class(trial.config))
@@ -242,15 +244,15 @@ def held_out_configs(replay: Replay, usable: list) -> dict:
     return _score(errors)
 
 
-def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], like: str
-            ) -> list[dict]:
+def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], like: str,
+            frontend_costs: Sequence[float] = FRONTEND_TOKEN_MS) -> list[dict]:
     """Predictions for configs never measured: each at each (rate, seed), on the workload of the
     shipped trial ``like`` (its uid) moved to that rate (its arrival window kept) and seed,
     from the batch model of the config's step class fitted on every shipped trial."""
     template = next(t for t in trials if t.uid == like)
     context = [t for t in trials if context_of(t) == context_of(template)]
     usable = _usable(context)
-    replay = Replay(template.target, usable)
+    replay = Replay(template.target, usable, frontend_costs)
     models = replay.fit(usable)
     params = template.workload_spec["params"]
     window = params["n_requests"] / params["arrival"]["rate_rps"]
@@ -275,6 +277,56 @@ def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], li
     return out
 
 
+def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> list[dict]:
+    """The committed predictions (``--predict --json``) against the trials measured after
+    them, beside what the shipped models answer for the same configs (the context's
+    predictions: load curves predicted from the knobs where they answer, else the surrogate),
+    fitted on the shipped trials only."""
+    from knowledge.surrogate import fit_context
+    from knowledge.transfer import import_file
+
+    rows = json.loads(predictions.read_text())
+    store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'measured.db'}")
+    for path in measured:
+        import_file(store, path)
+    new = [t for t in store.list_trials(TrialFilter(status=TrialStatus.COMPLETE)) if t.metrics]
+    if not new:
+        return []
+    key = context_of(new[0])
+    shipped = _usable([t for t in trials if context_of(t) == key])
+    models = fit_context(key, shipped, score=False)
+    out = []
+    for t in sorted(new, key=lambda t: (json.dumps(t.config, sort_keys=True),
+                                        t.workload_spec["params"]["arrival"]["rate_rps"])):
+        params = t.workload_spec["params"]
+        row = next((r for r in rows if r["rate_rps"] == params["arrival"]["rate_rps"]
+                    and r["seed"] == params["seed"]
+                    and all(t.config.get(k) == v for k, v in r["config"].items())), None)
+        if row is None or not row["predicted"]:
+            continue
+        today = models.predict([t.config], workload_features(t.workload_spec), METRICS)
+        entry = {"config": row["config"], "rate_rps": row["rate_rps"], "seed": row["seed"],
+                 "validity": t.details.get("validity"), "measured": {}, "simulator": {},
+                 "shipped models": {}}
+        for m in METRICS:
+            truth = t.metrics.get(m)
+            entry["measured"][m] = truth
+            entry["simulator"][m] = row["predicted"][m]
+            entry["shipped models"][m] = float(today[m][0][0]) if m in today else None
+        out.append(entry)
+        print(f"{json.dumps(row['config']):52} {row['rate_rps']:5.1f} req/s  " + "  ".join(
+            f"{m} {entry['measured'][m]:8.1f} sim {entry['simulator'][m]:8.1f} "
+            f"models {entry['shipped models'][m] or float('nan'):8.1f}" for m in METRICS))
+    for m in METRICS:
+        for name in ("simulator", "shipped models"):
+            errs = [abs(e[name][m] - e["measured"][m]) / e["measured"][m] for e in out
+                    if e[name][m] is not None and e["measured"][m]]
+            if errs:
+                print(f"{m:20} {name:15} n={len(errs):2d}  MAPE {np.mean(errs):6.1%}  "
+                      f"median {np.median(errs):6.1%}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -286,6 +338,14 @@ def main() -> None:
                         help="with --predict: rate:seed pairs (default %(default)s)")
     parser.add_argument("--like", help="with --predict: the uid of the shipped trial whose "
                                        "workload the predicted runs share")
+    parser.add_argument("--score", type=Path, metavar="PREDICTIONS_JSON",
+                        help="score these committed predictions against --measured trials "
+                             "instead of running the tests")
+    parser.add_argument("--measured", type=Path, action="append", default=[],
+                        help="with --score: an exported trials file (repeatable)")
+    parser.add_argument("--frontend-costs", default=",".join(map(str, FRONTEND_TOKEN_MS)),
+                        help="the frontend's costs per output token (ms) the fit chooses from "
+                             "(default %(default)s; 0 alone: no frontend)")
     parser.add_argument("--tests", default="folds,between,configs",
                         help="which tests, comma-separated (folds, between, configs)")
     args = parser.parse_args()
@@ -297,22 +357,29 @@ def main() -> None:
     by_context: dict[Any, list] = {}
     for t in trials:
         by_context.setdefault(context_of(t), []).append(t)
+    if args.score:
+        rows = prospective(trials, args.score, args.measured)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return
     if args.predict:
         if not args.like:
             parser.error("--predict needs --like UID")
         runs = [(float(r), int(sd)) for r, sd in (x.split(":") for x in args.runs.split(","))]
-        rows = predict(trials, args.predict, runs, args.like)
+        rows = predict(trials, args.predict, runs, args.like,
+                       [float(c) for c in args.frontend_costs.split(",")])
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
         return
     tests = set(args.tests.split(","))
+    costs = [float(c) for c in args.frontend_costs.split(",")]
     held_store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'between.db'}")
     import_file(held_store, shipped_file(BETWEEN))
     between = {t.uid for t in held_store.list_trials(done)}
     for key, ctx in sorted(by_context.items(), key=lambda kv: kv[0].label()):
         usable = _usable(ctx)
         try:
-            replay = Replay(key.target, usable)
+            replay = Replay(key.target, usable, costs)
         except Exception:  # no search space of that name: not a served target
             continue
         if not any(replay.usable(t) for t in usable):
@@ -328,6 +395,8 @@ def main() -> None:
         report[label] = results
         for test, by_metric in results.items():
             for m, cands in by_metric.items():
+                if not cands:  # no trial of this test in this context (e.g. one step class)
+                    continue
                 line = "  ".join(f"{name} {s['mape']:6.1%} (median {s['median_ape']:5.1%})"
                                  for name, s in cands.items())
                 n = next(iter(cands.values()))["n"] if cands else 0

@@ -12,12 +12,18 @@ reports (percentiles over the run, throughput to the last completion, requests s
 at the drain limit cut off) come out of one simulation, including the knee where the batch
 slots fill and a queue forms, and the backlog a finite run leaves past it.
 
-The step-time model is fitted to the server's mean inter-token latency (an engine iteration
-per token) of measured runs: simulate each run with the current model, read the
-decode-weighted means of the step's regressors, solve a non-negative least squares for the
-three costs, repeat (:func:`fit_batch_model`). What the simulator leaves out (HTTP,
-tokenisation, streaming: the time a request spends outside the engine) is one offset per
-first-token latency, read where the simulation shows no queue.
+The step-time model is fitted from the engine's own timings of measured runs: the cost per
+prompt token is the slope of each request's TTFT against its prompt length at light load
+(:func:`prefill_cost_ms`); the other two make the simulated runs reproduce the server's mean
+inter-token latency (an engine iteration per token): simulate each run, read the
+decode-weighted means of the step's regressors, solve a non-negative least squares, repeat
+(:func:`fit_batch_model`). In front of the engine sits the server's own
+process, which streams every output token at a cost per token and takes new requests in
+between (:class:`Frontend`): past its capacity requests wait before the engine sees them. Its
+cost is chosen from a few values by how well the fitted models reproduce their own runs
+(:func:`fit_batch_models`). What else the simulator leaves out (HTTP, tokenisation: the time a
+request spends outside the engine at light load) is one offset per first-token latency, read
+where the simulation shows no queue.
 
 Nothing here names an engine or a knob: the caller passes the batch-slot limit and the step's
 token budget (the search space marks the knobs that hold them with a ``role``) and the request
@@ -33,8 +39,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["BatchModel", "Observation", "RequestStream", "SimulatedRun", "StepModel",
-           "fit_batch_model", "prefill_cost_ms", "simulate"]
+__all__ = ["FRONTEND_TOKEN_MS", "NO_FRONTEND", "BatchModel", "Frontend", "Observation",
+           "RequestStream", "SimulatedRun", "StepModel", "fit_batch_model", "fit_batch_models",
+           "prefill_cost_ms", "simulate"]
 
 #: Percentiles the client reports (objectives/llm/metrics.py), the simulator reports the same.
 _PERCENTILES = (50, 90, 95, 99)
@@ -81,6 +88,23 @@ class StepModel:
 
     def as_tuple(self) -> tuple[float, float, float]:
         return self.fixed_ms, self.per_sequence_ms, self.per_prefill_token_ms
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """The server's own process in front of the engine: each output token costs it
+    ``per_token_ms`` before the client has it (detokenisation, streaming), and it takes new
+    requests in only between that work. Near its capacity tokens leave late and requests wait
+    to reach the engine, a queue the engine's own gauges never show."""
+
+    per_token_ms: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.per_token_ms > 0
+
+
+NO_FRONTEND = Frontend()
 
 
 @dataclass
@@ -131,10 +155,12 @@ class SimulatedRun:
         return bool(np.percentile(waited, 95) <= _QUEUE_FREE_STEPS)
 
 
-def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepModel
-             ) -> SimulatedRun:
+def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepModel,
+             frontend: Frontend = NO_FRONTEND) -> SimulatedRun:
     """Replay ``stream`` through continuous batching with at most ``slots`` sequences and
-    ``token_budget`` tokens per step (running sequences first, then the oldest waiting)."""
+    ``token_budget`` tokens per step (running sequences first, then the oldest waiting),
+    behind ``frontend`` (first come, first served: a request reaches the engine when the
+    frontend has taken it in; a step's tokens reach the client when it has sent them)."""
     if slots < 1 or token_budget < 1:
         raise ValueError(f"`slots >= 1` and `token_budget >= 1` must hold, got {slots}, "
                          f"{token_budget}")
@@ -158,15 +184,40 @@ def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepMod
     weighted = np.zeros(3)
     weight = 0.0
     step_total, steps = 0.0, 0
+    ready = arrivals.copy()  # when the engine sees each request (after the frontend)
+    fe = {"free": 0.0, "next": 0}
+
+    def take_in(until: float) -> None:
+        """The frontend takes in every request that arrived by ``until`` (in arrival order),
+        each when it is free of the streaming work queued there."""
+        while fe["next"] < n and arrivals[fe["next"]] <= until:
+            k = fe["next"]
+            ready[k] = max(float(arrivals[k]), fe["free"])
+            fe["next"] = k + 1
+
+    def send(end: float, tokens: float, repeat: int, dt: float) -> float:
+        """When the frontend has sent the ``tokens`` of each of ``repeat`` steps of ``dt``
+        seconds ending at ``end``: each step's share leaves when the frontend is free of the
+        earlier ones, before any request that arrived meanwhile (it takes requests in
+        between its streaming work)."""
+        work = tokens * frontend.per_token_ms / 1e3
+        first_end = end - (repeat - 1) * dt
+        fe["free"] = max(end + work, max(fe["free"], first_end) + repeat * work)
+        return fe["free"]
+
     while True:
-        while nxt < n and arrivals[nxt] <= t:
+        if frontend.active:
+            take_in(t)
+            if nxt < n and fe["next"] <= nxt:  # the next request is still on its way
+                take_in(float(arrivals[nxt]))
+        while nxt < n and ready[nxt] <= t:
             waiting.append(nxt)
             queued_at[nxt] = steps
             nxt += 1
         if not len(running) and not waiting:
             if nxt >= n:
                 break
-            t = float(arrivals[nxt])
+            t = float(ready[nxt])
             continue
         if t > cutoff:
             break
@@ -203,6 +254,8 @@ def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepMod
             repeat = int(out_left[running].min())
             if nxt < n and len(running) < slots:
                 repeat = min(repeat, max(1, math.ceil((arrivals[nxt] - t) * 1e3 / dt_ms)))
+            if math.isfinite(cutoff):  # stop where the client stops waiting
+                repeat = min(repeat, max(1, math.ceil((cutoff - t) * 1e3 / dt_ms) + 1))
         if decodes:
             weighted += repeat * decodes * np.asarray([1.0, decodes, prefill_tokens])
             weight += repeat * decodes
@@ -213,14 +266,15 @@ def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepMod
         emit = decoding.copy()
         prefill_left[ids] -= chunk
         completes = (~decoding) & (chunk > 0) & (prefill_left[ids] <= 0)
+        emit |= completes
+        sent = send(t, float(emit.sum()), repeat, dt_ms / 1e3) if frontend.active else t
         if completes.any():
-            first[ids[completes]] = t
-            emit |= completes
+            first[ids[completes]] = sent
         out_left[ids[emit]] -= repeat if repeat > 1 else 1
         produced[ids[emit]] += repeat if repeat > 1 else 1
         gone = emit & (out_left[ids] <= 0)
         if gone.any():
-            finish[ids[gone]] = t
+            finish[ids[gone]] = sent
             running = ids[~gone]
     return SimulatedRun(stream, first, finish, admitted, waited, produced, t,
                         weighted / weight if weight else np.zeros(3),
@@ -285,11 +339,12 @@ class BatchModel:
 
     step: StepModel
     offsets_ms: Mapping[str, float]
+    frontend: Frontend = NO_FRONTEND
 
     def predict(self, stream: RequestStream, slots: int, token_budget: int
                 ) -> dict[str, float]:
         """The client's figures of ``stream`` under these batch limits."""
-        figures = simulate(stream, slots, token_budget, self.step).metrics()
+        figures = simulate(stream, slots, token_budget, self.step, self.frontend).metrics()
         for name, offset in self.offsets_ms.items():
             if name in figures:
                 figures[name] = max(figures[name] + offset, 1e-3)
@@ -301,11 +356,26 @@ def _offset_names(figures: Mapping[str, float]) -> list[str]:
     return [m for m in figures if m.startswith(("ttft_", "e2e_")) and m.endswith("_ms")]
 
 
-def fit_batch_model(observations: Sequence[Observation], rounds: int = FIT_ROUNDS
-                    ) -> BatchModel:
+def _runs(observations: Sequence[Observation], step: StepModel, frontend: Frontend
+          ) -> list[SimulatedRun]:
+    """One simulation per observation; repeats of one run (the same requests and limits)
+    share theirs, since the simulation is deterministic."""
+    done: dict[tuple[int, int, int], SimulatedRun] = {}
+    out = []
+    for o in observations:
+        key = (id(o.stream), o.slots, o.token_budget)
+        if key not in done:
+            done[key] = simulate(o.stream, o.slots, o.token_budget, step, frontend)
+        out.append(done[key])
+    return out
+
+
+def fit_batch_model(observations: Sequence[Observation], rounds: int = FIT_ROUNDS,
+                    frontend: Frontend = NO_FRONTEND) -> BatchModel:
     """The step-time model that reproduces the observations' mean iteration times (its prompt
     token cost read off the light-load runs, :func:`prefill_cost_ms`), and the latency
-    offsets read at the light-load runs the simulation shows without a queue."""
+    offsets read at the light-load runs the simulation shows without a queue, behind
+    ``frontend``."""
     from scipy.optimize import nnls
 
     if not observations:
@@ -317,8 +387,7 @@ def fit_batch_model(observations: Sequence[Observation], rounds: int = FIT_ROUND
     step = StepModel(float(np.min(y)) * 0.8, 0.05, 0.01 if prefill is None else prefill)
     w = 1.0 / y
     for _ in range(max(rounds, 1)):
-        runs = [simulate(o.stream, o.slots, o.token_budget, step) for o in observations]
-        X = np.asarray([r.step_regressors for r in runs])
+        X = np.asarray([r.step_regressors for r in _runs(observations, step, frontend)])
         if prefill is None:
             coef, _ = nnls(X * w[:, None], y * w)
         else:  # the prompt cost is known: the fixed and per-sequence costs take the rest
@@ -326,12 +395,53 @@ def fit_batch_model(observations: Sequence[Observation], rounds: int = FIT_ROUND
             coef = np.asarray([two[0], two[1], prefill])
         step = StepModel(*map(float, coef))
     offsets: dict[str, list[float]] = {}
-    for o in _light(observations):
-        run = simulate(o.stream, o.slots, o.token_budget, step)
+    light = _light(observations)
+    for o, run in zip(light, _runs(light, step, frontend), strict=True):
         if not run.queue_free():
             continue
         figures = run.metrics()
         for name in _offset_names(figures):
             if isinstance(o.measured.get(name), int | float):
                 offsets.setdefault(name, []).append(float(o.measured[name]) - figures[name])
-    return BatchModel(step, {k: float(np.median(v)) for k, v in offsets.items()})
+    return BatchModel(step, {k: float(np.median(v)) for k, v in offsets.items()}, frontend)
+
+
+#: Frontend costs per output token (ms) the fit chooses from (:func:`fit_batch_models`):
+#: from none to a frontend that saturates at ~14,000 tokens/s.
+FRONTEND_TOKEN_MS = (0.0, 0.015, 0.03, 0.05, 0.07)
+
+
+def _misfit(models: Mapping[str, BatchModel],
+            classes: Mapping[str, Sequence[Observation]]) -> float:
+    """Mean squared log error of the models' figures against every measured figure they
+    predict, over all observations (the fit's own data: the choice is nested in the fit)."""
+    errors = []
+    for key, observations in classes.items():
+        model = models[key]
+        runs = _runs(observations, model.step, model.frontend)
+        for o, run in zip(observations, runs, strict=True):
+            figures = run.metrics()
+            for name, offset in model.offsets_ms.items():
+                if name in figures:
+                    figures[name] = max(figures[name] + offset, 1e-3)
+            errors.extend(math.log(figures[m] / float(v)) ** 2 for m, v in o.measured.items()
+                          if m in figures and isinstance(v, int | float) and v > 0
+                          and figures[m] > 0)
+    return float(np.mean(errors)) if errors else math.inf
+
+
+def fit_batch_models(classes: Mapping[str, Sequence[Observation]],
+                     token_costs: Sequence[float] = FRONTEND_TOKEN_MS
+                     ) -> dict[str, BatchModel]:
+    """One batch model per step class (configs that differ only in their batch limits), all
+    behind one frontend: the per-token cost of :data:`FRONTEND_TOKEN_MS` whose models
+    reproduce the classes' own measured figures best. The frontend is the server's, shared by
+    every config; only runs near its capacity show it, so all classes choose it together."""
+    best: tuple[float, dict[str, BatchModel]] | None = None
+    for cost in token_costs:
+        frontend = Frontend(per_token_ms=cost)
+        models = {k: fit_batch_model(obs, frontend=frontend) for k, obs in classes.items() if obs}
+        error = _misfit(models, classes)
+        if best is None or error < best[0]:
+            best = (error, models)
+    return best[1] if best is not None else {}

@@ -50,6 +50,7 @@ def test_every_shipped_space_loads_and_its_defaults_validate(name: str) -> None:
     (lambda d: d["knobs"].append(dict(d["knobs"][0])), "duplicate knob"),
     (lambda d: d.pop("engine"), "field 'engine': is required"),
     (lambda d: d["knobs"][3].update(flags=[{"flag": "x", "versions": "~~1"}]), "flags"),
+    (lambda d: d["knobs"][1].update(role="batch_size"), "knobs[1] (n).role: must be one of"),
 ])
 def test_bad_files_name_file_and_field(tmp_path: Path, mutate, fragment: str) -> None:
     data = yaml.safe_load(yaml.safe_dump(GOOD))
@@ -59,6 +60,15 @@ def test_bad_files_name_file_and_field(tmp_path: Path, mutate, fragment: str) ->
         SearchSpace.from_file(path)
     assert str(path) in str(info.value)
     assert fragment in str(info.value)
+
+
+def test_knob_roles_name_the_knobs_that_hold_them() -> None:
+    """Models that need a knob by what it holds (the batch simulator) ask the space, which
+    names the knob; a space that marks none answers None."""
+    vllm = load_space("vllm")
+    assert vllm.knob_with_role("batch_slots") == "max_num_seqs"
+    assert vllm.knob_with_role("step_token_budget") == "max_num_batched_tokens"
+    assert load_space("faiss").knob_with_role("batch_slots") is None
 
 
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from objectives.llm.workload import (
     generate_warmup_requests,
     load_preset,
     max_concurrency,
+    request_shapes,
 )
 from objectives.workload import Workload
 
@@ -291,3 +292,16 @@ def test_at_rate_refuses_what_has_no_rate() -> None:
         at_rate(base, 0.0, seed_offset=1)
     with pytest.raises(WorkloadError, match="seed_offset >= 1"):
         at_rate(base, 10.0, seed_offset=0)
+
+
+def test_request_shapes_are_the_generated_requests_without_their_tokens() -> None:
+    """What a batching model replays is exactly what the client sends: the same arrivals and
+    lengths, drawn from the same seeded streams."""
+    s = spec(n_requests=200, prompt_len={"dist": "lognormal", "median": 256, "sigma": 0.8,
+                                          "min": 16, "max": 2048},
+             output_len={"dist": "uniform", "low": 16, "high": 300})
+    arrivals, prompts, outputs = request_shapes(s)
+    reqs = generate_requests(s, VOCAB)
+    assert arrivals.tolist() == [r.arrival_s for r in reqs]
+    assert prompts.tolist() == [r.prompt_len for r in reqs]
+    assert outputs.tolist() == [r.output_len for r in reqs]
