@@ -263,16 +263,33 @@ class KnobCurveModel:
                 ) -> tuple[float, float, float] | None:
         """(value, low, high) of ``metric`` for ``config`` at ``workload``'s rate, or None where
         the model is not fitted, does not model ``metric``, or the workload has no rate."""
-        if not getattr(self, "fitted_", False) or metric not in self.metrics_:
+        many = self.predict_many([config], workload, [metric])
+        return None if many is None or metric not in many else many[metric][0]
+
+    def predict_many(self, configs: Sequence[Mapping[str, Any]], workload: Mapping[str, float],
+                     metrics: Sequence[str]
+                     ) -> dict[str, list[tuple[float, float, float]]] | None:
+        """:meth:`predict` for several configs at one workload in one regression call (a
+        recommender asks for hundreds; the regressor's cost is per call, not per row): per
+        modelled metric of ``metrics``, one (value, low, high) per config. None where the model
+        is not fitted, there is no config, or the workload has no rate."""
+        if not getattr(self, "fitted_", False) or not configs:
             return None
         rate = workload.get(self.rate_)
         if not isinstance(rate, int | float) or rate <= 0:
             return None
-        X = self._row(config, workload)
-        cap, log_at = self._unpack(self.model_.predict(self._standardise(X))[0])[metric]
-        v = float(math.exp(self._at(metric, np.asarray([float(rate)]), cap, log_at)[0]))
-        half = self.half_width_[metric]
-        return v, v * math.exp(-half), v * math.exp(half)
+        X = np.asarray(self.encode_([dict(c) for c in configs],
+                                    [{**workload, self.rate_: 1.0}] * len(configs)), dtype=float)
+        rows = [self._unpack(y) for y in self.model_.predict(self._standardise(X))]
+        at = np.asarray([float(rate)])
+        out: dict[str, list[tuple[float, float, float]]] = {}
+        for metric in metrics:
+            if metric not in self.metrics_:
+                continue
+            half = self.half_width_[metric]
+            values = [float(math.exp(self._at(metric, at, *row[metric])[0])) for row in rows]
+            out[metric] = [(v, v * math.exp(-half), v * math.exp(half)) for v in values]
+        return out
 
     def capacity(self, config: Mapping[str, Any], workload: Mapping[str, float]) -> float | None:
         """The predicted capacity (offered requests/s) of ``config``, or None unfitted."""

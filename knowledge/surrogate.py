@@ -1010,11 +1010,15 @@ def _with_curves(curves: LoadCurves | None, configs: Sequence[Mapping[str, Any]]
     predicts from its knobs, where that model answers (else the surrogate's stands)."""
     if curves is None:
         return out
+    uncurved = [i for i, config in enumerate(configs) if curves.curve(config, workload) is None]
+    from_knobs = (knob.predict_many([configs[i] for i in uncurved], workload, list(out))
+                  if knob is not None and uncurved else None) or {}
     for name, (c, lo, hi) in out.items():
+        knob_p = dict(zip(uncurved, from_knobs.get(name, []), strict=False))
         for i, config in enumerate(configs):
             p = curves.predict(config, workload, name)
-            if p is None and knob is not None and curves.curve(config, workload) is None:
-                p = knob.predict(config, workload, name)
+            if p is None:
+                p = knob_p.get(i)
             if p is not None:
                 c[i], lo[i], hi[i] = p
     return out

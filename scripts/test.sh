@@ -15,7 +15,7 @@ parallel=()
 if [ "$workers" != "0" ]; then
   parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
-.venv/bin/python -m pytest -q "${parallel[@]}" "$@"
+.venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" "$@"
 code=$?
 if [ "$code" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2

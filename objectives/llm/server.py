@@ -72,6 +72,7 @@ __all__ = [
     "ServingWorkload",
     "client_processes_max_param",
     "client_processes_param",
+    "describe_model",
     "free_port",
     "gpu_memory_mb",
     "measure_endpoint",
@@ -388,12 +389,21 @@ def resolve_model(model: str, cache_dir: Path) -> ModelSource:
     """A named shape's model directory under ``cache_dir/models/<shape>`` (written once), or a
     local model directory as it is. Raises :class:`WorkloadError` for anything else."""
     if model in MODEL_SHAPES:
-        config = model_config(model)
         path = Path(cache_dir) / "models" / model
         # Rewrite only when missing or changed: a running engine of a parallel trial may read it.
-        if _read_json(path / "config.json") != config:
+        if _read_json(path / "config.json") != model_config(model):
             write_model_dir(model, path)
-        return ModelSource(path, model, int(config["vocab_size"]),
+        return dataclasses.replace(describe_model(model), path=path)
+    return describe_model(model)
+
+
+def describe_model(model: str) -> ModelSource:
+    """What :func:`resolve_model` returns, without writing anything: a named shape's source has
+    the relative path ``models/<shape>`` (where a launch command expects it), a local model
+    directory is read. Raises :class:`WorkloadError` like it."""
+    if model in MODEL_SHAPES:
+        config = model_config(model)
+        return ModelSource(Path("models") / model, model, int(config["vocab_size"]),
                            config.get("max_position_embeddings"))
     path = Path(model).expanduser()
     if not path.is_dir():
@@ -448,7 +458,19 @@ class ServingWorkload:
     def load(cls, params: Mapping[str, Any], cache_dir: Path, *,
              target_keys: Iterable[str] = ()) -> ServingWorkload:
         spec, target_params = cls.check(params, target_keys=target_keys)
-        model = resolve_model(spec.model, cache_dir)
+        return cls._generated(spec, target_params, resolve_model(spec.model, cache_dir))
+
+    @classmethod
+    def described(cls, params: Mapping[str, Any], *, target_keys: Iterable[str] = ()
+                  ) -> ServingWorkload:
+        """:meth:`load` without writing the model directory (:func:`describe_model`): what a
+        launch command or a context length needs, for a workload that is not run."""
+        spec, target_params = cls.check(params, target_keys=target_keys)
+        return cls._generated(spec, target_params, describe_model(spec.model))
+
+    @classmethod
+    def _generated(cls, spec: LLMWorkloadSpec, target_params: dict[str, Any],
+                   model: ModelSource) -> ServingWorkload:
         return cls(spec, target_params, model,
                    generate_requests(spec, model.vocab_size),
                    generate_warmup_requests(spec, model.vocab_size))

@@ -47,6 +47,7 @@ from objectives.llm.server import (
     ServingWorkload,
     client_processes_max_param,
     client_processes_param,
+    describe_model,
     free_port,
     gpu_memory_mb,
     measure_endpoint,
@@ -58,7 +59,7 @@ from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.workload import KIND, PRESETS, load_preset
 from objectives.measurement import Measurement
 from objectives.target import ProgressFn, Target
-from objectives.workload import Workload
+from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace, load_space
 
 __all__ = ["EngineServer", "RunningServer", "ServingTarget", "shared_space", "validation_errors"]
@@ -71,6 +72,14 @@ def shared_space(name: str) -> SearchSpace:
     """``load_space(name)``, parsed once per process: argv builders and every trial's validation
     consult it."""
     return load_space(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _context_length(params_json: str, target_keys: frozenset[str], model: ModelSource) -> int:
+    """The ``max_model_len`` a workload (as canonical JSON) runs with on ``model``: its requests
+    are generated to find the longest, so a process computes each workload's once."""
+    return ServingWorkload.described(json.loads(params_json),
+                                     target_keys=target_keys).max_model_len()
 
 
 def validation_errors(log: str) -> str | None:
@@ -408,12 +417,12 @@ class ServingTarget(GoodputFromSLO, Target):
 
     def command_model(self, workload: Workload | None) -> tuple[ModelSource, int] | None:
         """The model and context length an ``llm-serving`` ``workload`` runs with, for
-        ``launch_command`` (its model directory is written to a scratch directory and removed);
-        None without such a workload."""
+        ``launch_command`` (nothing is written; one workload's answer is computed once per
+        process, as a recommender asks for many commands of few workloads); None without such a
+        workload."""
         if workload is None or workload.kind != KIND:
             return None
-        scratch = self.engine_server.scratch_name
-        with tempfile.TemporaryDirectory(prefix=f"advisor-{scratch}-cmd-") as tmp:
-            served = self.load_served(workload, Path(tmp))
-            max_model_len = served.max_model_len()
-        return served.model, max_model_len
+        spec, _ = ServingWorkload.check(workload.params, target_keys=self.target_params)
+        model = describe_model(spec.model)
+        return model, _context_length(canonical_json(workload.params),
+                                      frozenset(self.target_params), model)

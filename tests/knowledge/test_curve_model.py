@@ -129,6 +129,21 @@ def test_every_family_fits_and_predicts(family: str) -> None:
     assert got is not None and got[0] > 0
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_many_configs_at_once_read_what_each_reads_alone(family: str) -> None:
+    model = fitted(tuple(b for b in BATCHES if b != 64), family=family)
+    configs = [{"batch": b, "eager": False} for b in (8, 48, 64, 200)]
+    workload = {"rate_rps": 25.0, "prompt_len": 256.0}
+    metrics = ["ttft_p95_ms", "output_tokens_per_s", "recall_at_10"]
+    many = model.predict_many(configs, workload, metrics)
+    assert many is not None and set(many) == {"ttft_p95_ms", "output_tokens_per_s"}
+    for metric, rows in many.items():
+        alone = [model.predict(c, workload, metric) for c in configs]
+        assert np.asarray(rows) == pytest.approx(np.asarray(alone), rel=1e-9)
+    assert model.predict_many([], workload, metrics) is None
+    assert model.predict_many(configs, {"prompt_len": 256.0}, metrics) is None
+
+
 def test_an_unknown_family_is_refused() -> None:
     with pytest.raises(ValueError, match="family"):
         KnobCurveModel(family="forest")

@@ -192,6 +192,24 @@ def test_launch_command_is_pasteable_vllm_serve() -> None:
     assert shlex.split(target.launch_command({}))[:3] == ["vllm", "serve", "MODEL"]
 
 
+def test_launch_command_writes_nothing_and_names_the_trials_context_length(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's --max-model-len is the one a trial of the workload starts the engine with,
+    computed without writing a model directory (a recommender asks for hundreds)."""
+    target = VllmTarget()
+    workload = target.default_workload()
+    served = target.load_served(workload, tmp_path / "cache")
+    monkeypatch.chdir(tmp_path)
+    written = sorted(tmp_path.rglob("*"))
+    monkeypatch.setattr("objectives.llm.server.write_model_dir",
+                        lambda *a, **k: pytest.fail("launch_command wrote a model directory"))
+    args = shlex.split(target.launch_command({}, workload))
+    assert flag_values(args, "--max-model-len") == [str(served.max_model_len())]
+    again = target.launch_command({}, workload.with_params(max_model_len=4096))
+    assert flag_values(shlex.split(again), "--max-model-len") == ["4096"]
+    assert sorted(tmp_path.rglob("*")) == written
+
+
 def test_rejection_reason_reads_vllm_messages() -> None:
     argparse_log = ("usage: vllm serve [model_tag] [options]\n"
                     "vllm serve: error: argument --block-size: invalid int value: 'x'\n")
