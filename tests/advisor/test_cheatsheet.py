@@ -3,6 +3,7 @@ quality, and Markdown / self-contained HTML / JSON renderings."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -60,6 +61,11 @@ def test_renderings_are_complete_and_offline(store: TrialStore, models: Knowledg
     page = sheet.to_html()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<svg" in page and "Pareto front" in page
+    # Each launch command is folded in its cell (native <details>), whole when unfolded.
+    launches = [r.recommendation.launch_command for r in sheet.rows
+                if r.recommendation.launch_command]
+    assert launches and page.count("<details><summary>") == len(launches)
+    assert all(f"<pre>{html.escape(c)}</pre></details>" in page for c in launches)
     # self-contained: no scripts, no external resources (only in-page #fragment references;
     # the SVG and XLink namespaces are names, not fetches)
     assert "<script" not in page and not re.search(r"(src|href)=[\"'](?!#)", page)
