@@ -19,10 +19,14 @@ from typing import Any
 from advisor.errors import WorkloadError
 from objectives.atomic_files import atomic_write_text
 
-__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "model_config", "model_dir_parameters",
-           "parameter_count", "prompt_text", "write_model_dir"]
+__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "TOKENIZER_DIR", "model_config",
+           "model_dir_parameters", "parameter_count", "prompt_text", "tokenizer_dir",
+           "write_model_dir"]
 
 N_SPECIAL_TOKENS = 3  # <pad>=0, <s>=1, </s>=2
+#: The model directory's subdirectory holding the tokenizer alone (no config.json): what an
+#: engine is pointed at as its tokenizer (see :func:`tokenizer_dir`).
+TOKENIZER_DIR = "tokenizer"
 _LLAMA_BASE: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
     "attention_bias": False, "mlp_bias": False, "rms_norm_eps": 1e-5, "initializer_range": 0.02,
@@ -147,6 +151,15 @@ def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
     }
 
 
+def tokenizer_dir(model_dir: Path | str) -> Path:
+    """Where :func:`write_model_dir` put the tokenizer alone. Point an engine's tokenizer at it
+    (vLLM ``--tokenizer``): next to a ``config.json``, transformers 5 picks the tokenizer class
+    by the model type, and for ``qwen2`` that class rebuilds a byte-level BPE from the vocabulary
+    and encodes every prompt of this word-level tokenizer to no tokens at all (vLLM then answers
+    "The decoder prompt cannot be empty"). Without a config the declared fast tokenizer loads."""
+    return Path(model_dir) / TOKENIZER_DIR
+
+
 def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any] | None = None
                     ) -> Path:
     """Write ``config.json``, ``generation_config.json`` and the offline tokenizer of ``shape``.
@@ -159,17 +172,24 @@ def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any]
     atomic_write_text(directory / "config.json", json.dumps(config, indent=2))
     atomic_write_text(directory / "generation_config.json", json.dumps({
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
+    # Beside the config (engines that read the tokenizer from the model directory) and alone in
+    # tokenizer_dir() (engines pointed at it; see there why).
+    for where in (directory, tokenizer_dir(directory)):
+        _write_tokenizer(where, int(config["vocab_size"]), int(config["max_position_embeddings"]))
+    return directory
+
+
+def _write_tokenizer(directory: Path, vocab_size: int, max_length: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
     tokenizer = directory / "tokenizer.json"
     if not tokenizer.exists():
-        atomic_write_text(tokenizer, json.dumps(_tokenizer_json(int(config["vocab_size"]))))
+        atomic_write_text(tokenizer, json.dumps(_tokenizer_json(vocab_size)))
     atomic_write_text(directory / "tokenizer_config.json", json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
         "pad_token": "<pad>", "unk_token": "<pad>", "add_bos_token": False,
-        "model_max_length": int(config["max_position_embeddings"]),
-        "clean_up_tokenization_spaces": False,
+        "model_max_length": max_length, "clean_up_tokenization_spaces": False,
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} "
                          "{% endif %}{% endfor %}",
     }))
     atomic_write_text(directory / "special_tokens_map.json", json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}))
-    return directory

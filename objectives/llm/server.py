@@ -41,7 +41,7 @@ from advisor.errors import EngineStartError, WorkloadError
 from objectives.llm.client import LoadResult, run_load
 from objectives.llm.client_pool import auto_processes, process_ceiling, run_load_sharded
 from objectives.llm.metrics import request_samples, summarize
-from objectives.llm.models import MODEL_SHAPES, model_config, write_model_dir
+from objectives.llm.models import MODEL_SHAPES, model_config, tokenizer_dir, write_model_dir
 from objectives.llm.requests import RequestSpec
 from objectives.llm.server_metrics import (
     GaugeSampler,
@@ -384,6 +384,13 @@ class ModelSource:
         """The name the server is asked to serve the model under."""
         return self.shape or self.path.name
 
+    @property
+    def tokenizer_path(self) -> Path:
+        """Where an engine or a harness loads the tokenizer: a written shape's tokenizer-only
+        directory (:func:`objectives.llm.models.tokenizer_dir` says why), a local model's own
+        directory."""
+        return tokenizer_dir(self.path) if self.dummy_weights else self.path
+
 
 def resolve_model(model: str, cache_dir: Path) -> ModelSource:
     """A named shape's model directory under ``cache_dir/models/<shape>`` (written once), or a
@@ -391,7 +398,8 @@ def resolve_model(model: str, cache_dir: Path) -> ModelSource:
     if model in MODEL_SHAPES:
         path = Path(cache_dir) / "models" / model
         # Rewrite only when missing or changed: a running engine of a parallel trial may read it.
-        if _read_json(path / "config.json") != model_config(model):
+        if (_read_json(path / "config.json") != model_config(model)
+                or not (tokenizer_dir(path) / "tokenizer.json").exists()):
             write_model_dir(model, path)
         return dataclasses.replace(describe_model(model), path=path)
     return describe_model(model)

@@ -152,13 +152,15 @@ def knob_argv(knob: Knob, value: Any, engine_version: str | None) -> list[str]:
 def build_argv(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
                engine_version: str | None, max_model_len: int, seed: int,
                dummy_weights: bool = True, served_model_name: str | None = None,
-               host: str = "127.0.0.1", space: SearchSpace | None = None) -> list[str]:
+               host: str = "127.0.0.1", space: SearchSpace | None = None,
+               tokenizer: Path | str | None = None) -> list[str]:
     """The ``vllm serve`` arguments for ``config`` (everything after the command prefix).
 
     Every active knob is mapped through its flag for ``engine_version`` (``None``: the unversioned
     or first mapping), defaults included, so the argv is the whole configuration. ``config`` is
     validated against the space first (missing knobs take their defaults); an invalid config or a
-    knob without a flag in that version raises :class:`ConfigRejectedError`.
+    knob without a flag in that version raises :class:`ConfigRejectedError`. ``tokenizer``: a
+    tokenizer directory other than the model's (``--tokenizer``).
     """
     space = space or shared_space("vllm")
     clean = checked_config(space, config)
@@ -168,6 +170,8 @@ def build_argv(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
         argv += ["--served-model-name", served_model_name]
     if dummy_weights:
         argv += ["--load-format", "dummy"]
+    if tokenizer is not None and str(tokenizer) != str(model_dir):
+        argv += ["--tokenizer", str(tokenizer)]
     # Request logging is off by default since vLLM 0.11; access lines per request are noise.
     argv.append("--disable-uvicorn-access-log")
     for knob in space.active_knobs(clean):
@@ -286,7 +290,8 @@ class VllmTarget(ServingTarget):
         return build_argv(
             config, model_dir=served.model.path, port=port, engine_version=engine_version,
             max_model_len=max_model_len, seed=served.spec.seed,
-            dummy_weights=served.model.dummy_weights, served_model_name=served.model.label), {}
+            dummy_weights=served.model.dummy_weights, served_model_name=served.model.label,
+            tokenizer=served.model.tokenizer_path), {}
 
     def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
         check_feasible(config, max_model_len)
@@ -346,7 +351,8 @@ class VllmTarget(ServingTarget):
             if model.shape in HF_MODELS:
                 args = ["vllm", "serve", HF_MODELS[model.shape]]
             elif model.shape is not None:
-                args = ["vllm", "serve", f"models/{model.shape}", "--load-format", "dummy"]
+                args = ["vllm", "serve", f"models/{model.shape}", "--load-format", "dummy",
+                        "--tokenizer", str(model.tokenizer_path)]
             else:
                 args = ["vllm", "serve", str(model.path)]
             args += ["--max-model-len", str(max_model_len)]

@@ -16,6 +16,8 @@ from objectives.llm.models import (
     model_config,
     model_dir_parameters,
     parameter_count,
+    prompt_text,
+    tokenizer_dir,
     write_model_dir,
 )
 from objectives.llm.safetensors_model import llama_tensor_specs, write_random_safetensors
@@ -175,6 +177,39 @@ def test_the_serving_targets_load_a_custom_shape_with_random_weights(tmp_path: P
     assert source.dummy_weights and source.label == name  # vLLM: --load-format dummy
     assert source.path == tmp_path / "models" / name
     assert (source.vocab_size, source.max_position_embeddings) == (512, 1024)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
+def test_the_tokenizer_directory_encodes_prompts_for_every_family(tmp_path: Path,
+                                                                  family: str) -> None:
+    """Engines load the tokenizer from its own directory (vLLM ``--tokenizer``): beside a qwen2
+    config.json transformers 5 picks Qwen2Tokenizer, which encodes these prompts to nothing
+    (vLLM on the H200: "The decoder prompt cannot be empty" for every request of Qwen2.5-7B)."""
+    transformers = pytest.importorskip("transformers")
+    from objectives.llm.server import resolve_model
+
+    name = shape_name(parse_config({**TINY, "model_type": family}))
+    source = resolve_model(name, tmp_path)
+    assert source.tokenizer_path == tokenizer_dir(source.path)
+    assert not (source.tokenizer_path / "config.json").exists()
+    tok = transformers.AutoTokenizer.from_pretrained(source.tokenizer_path)
+    ids = [3, 17, 511]
+    assert tok(prompt_text(ids))["input_ids"] == ids
+    chat = tok.apply_chat_template([{"role": "user", "content": prompt_text(ids)}],
+                                   tokenize=False)
+    assert tok(chat)["input_ids"] == ids
+
+
+def test_a_model_directory_written_before_the_tokenizer_directory_is_completed(
+        tmp_path: Path) -> None:
+    from objectives.llm.server import resolve_model
+
+    name = shape_name(parse_config({**TINY, "model_type": "qwen2"}))
+    path = resolve_model(name, tmp_path).path
+    for f in tokenizer_dir(path).iterdir():
+        f.unlink()
+    tokenizer_dir(path).rmdir()
+    assert (resolve_model(name, tmp_path).tokenizer_path / "tokenizer.json").exists()
 
 
 @pytest.mark.slow

@@ -112,6 +112,8 @@ def test_fixed_arguments() -> None:
     assert flag_values(args, "--served-model-name") == ["tiny-llama"]
     assert "--disable-uvicorn-access-log" in args
     assert "--load-format" not in argv({}, dummy_weights=False)
+    assert "--tokenizer" not in args
+    assert flag_values(argv({}, tokenizer="/m/tokenizer"), "--tokenizer") == ["/m/tokenizer"]
 
 
 def test_gates_switch_dependent_knobs() -> None:
@@ -188,7 +190,7 @@ def test_launch_command_is_pasteable_vllm_serve() -> None:
     assert "--no-enable-prefix-caching" in args
     assert "--max-model-len" in args
     tiny = target.launch_command({}, target.default_workload().with_params(model="tiny-llama"))
-    assert "--load-format dummy" in tiny
+    assert "--load-format dummy" in tiny and "--tokenizer models/tiny-llama/tokenizer" in tiny
     assert shlex.split(target.launch_command({}))[:3] == ["vllm", "serve", "MODEL"]
 
 
