@@ -488,8 +488,7 @@ def _measure_reference(target: ServingTarget, harness: ReferenceHarness, endpoin
                 run: ReferenceRun = harness.run(
                     base_url=endpoint.base_url, served_model=endpoint.served_model,
                     tokenizer=served.model.tokenizer_path, requests=served.requests,
-                    rate_rps=rate,
-                    seed=seed, workdir=Path(tmp), timeout_s=_REFERENCE_TIMEOUT_S)
+                    rate_rps=rate, seed=seed, workdir=Path(tmp), timeout_s=_REFERENCE_TIMEOUT_S)
         except (RuntimeError, ValueError, OSError) as exc:
             one.error = str(exc)[-2000:]
             return one

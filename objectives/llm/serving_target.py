@@ -77,7 +77,8 @@ def shared_space(name: str) -> SearchSpace:
 @functools.lru_cache(maxsize=256)
 def _context_length(params_json: str, target_keys: frozenset[str], model: ModelSource) -> int:
     """The ``max_model_len`` a workload (as canonical JSON) runs with on ``model``: its requests
-    are generated to find the longest, so a process computes each workload's once."""
+    are generated to find the longest, so a process computes each workload's once. ``model``
+    only keys the cache: a local model directory whose config changed is a new entry."""
     return ServingWorkload.described(json.loads(params_json),
                                      target_keys=target_keys).max_model_len()
 
