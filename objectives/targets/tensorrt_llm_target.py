@@ -129,13 +129,17 @@ def _apply_knob(launch: TrtllmLaunch, knob: Knob, value: Any, engine_version: st
 
 def build_launch(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
                  engine_version: str | None, max_model_len: int, dummy_weights: bool = True,
-                 host: str = "127.0.0.1") -> TrtllmLaunch:
+                 host: str = "127.0.0.1", tokenizer: Path | str | None = None) -> TrtllmLaunch:
     """The ``trtllm-serve`` arguments and extra-options data for ``config`` (validated; missing
-    knobs take their defaults). Raises :class:`ConfigRejectedError` for an invalid config."""
+    knobs take their defaults). Raises :class:`ConfigRejectedError` for an invalid config.
+    ``tokenizer``: a tokenizer directory other than the model's (``--tokenizer``; a written
+    shape's, see :func:`objectives.llm.models.tokenizer_dir`)."""
     space = shared_space("tensorrt-llm")
     clean = checked_config(space, config)
     launch = TrtllmLaunch([str(model_dir), "--host", host, "--port", str(port),
                            "--backend", "pytorch", "--max_seq_len", str(max_model_len)])
+    if tokenizer is not None and str(tokenizer) != str(model_dir):
+        launch.argv += ["--tokenizer", str(tokenizer)]
     if dummy_weights:
         launch.extra_options["load_format"] = "dummy"
     for knob in space.active_knobs(clean):
@@ -193,7 +197,8 @@ class TensorRTLLMTarget(ServingTarget):
                     ) -> tuple[list[str], dict[str, Any]]:
         launch = build_launch(config, model_dir=served.model.path, port=port,
                               engine_version=engine_version, max_model_len=max_model_len,
-                              dummy_weights=served.model.dummy_weights)
+                              dummy_weights=served.model.dummy_weights,
+                              tokenizer=served.model.tokenizer_path)
         # Measured trials ask for the per-request metrics (/prometheus/metrics); a deployment's
         # launch_command leaves them off.
         launch.extra_options["return_perf_metrics"] = True
@@ -217,14 +222,15 @@ class TensorRTLLMTarget(ServingTarget):
     def launch_command(self, config: Mapping[str, Any], workload: Workload | None = None) -> str:
         """The extra-options file (as a shell here-document) and the ``trtllm-serve`` line."""
         clean = self.validate_config(config)
-        model, max_model_len, dummy = "MODEL", 4096, False
+        model, max_model_len, dummy, tokenizer = "MODEL", 4096, False, None
         if (shaped := self.command_model(workload)) is not None:
             source, max_model_len = shaped
             model = str(source.path) if source.shape is None else f"models/{source.shape}"
-            dummy = source.dummy_weights
+            dummy, tokenizer = source.dummy_weights, source.tokenizer_path
         launch = build_launch(clean, model_dir=model, port=8000,
                               engine_version=self.installed_version(),
-                              max_model_len=max_model_len, dummy_weights=dummy, host="0.0.0.0")
+                              max_model_len=max_model_len, dummy_weights=dummy, host="0.0.0.0",
+                              tokenizer=tokenizer)
         args = ["trtllm-serve", *launch.argv]
         if not launch.extra_options:
             return shlex.join(args)

@@ -104,6 +104,9 @@ def test_defaults_and_fixed_arguments() -> None:
                             "dtype": "auto", "enable_block_reuse": True},
     }
     assert "load_format" not in launch({}, dummy_weights=False).extra_options
+    assert "--tokenizer" not in argv
+    tok = launch({}, tokenizer="/models/tiny-llama/tokenizer").argv
+    assert tok[tok.index("--tokenizer") + 1] == "/models/tiny-llama/tokenizer"
 
 
 def test_host_cache_only_when_offloading() -> None:
@@ -147,3 +150,5 @@ def test_launch_command_writes_the_options_file_then_serves() -> None:
     assert command[0] == "trtllm-serve"
     assert "--enable_chunked_prefill" in command
     assert command[-2:] == [OPTIONS_FLAG, "extra_llm_api_options.yaml"]
+    # A random-weight shape reads its tokenizer from the tokenizer-only directory.
+    assert command[command.index("--tokenizer") + 1] == f"{command[1]}/tokenizer"
