@@ -48,3 +48,23 @@ print(json.dumps(yaml.safe_load(open(sys.argv[1]))[sys.argv[2]]))
 PY
   python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "/tmp/enqueue-$PHASE.json"
 }
+
+# shape_crosscheck CONFIG STUDY REPEATS RATE...: one `advisor crosscheck` of vLLM's defaults on
+# the shape of the config.json CONFIG (--model-config: random weights), the `chat` preset with
+# Poisson arrivals, WINDOW seconds of them per RATE, REPEATS rounds, no reference harness, every
+# measurement stored as a trial of study STUDY@<rate>rps; the report to
+# $OUT/crosscheck-$PHASE.jsonl. Prints the GPU and the shape first (a bad config fails here,
+# not on the GPU).
+shape_crosscheck() {
+  local config=$1 study=$2 repeats=$3 r0=15 rates=()
+  shift 3
+  for r in "$@"; do rates+=(--rate "$r"); done
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import sys; from advisor.model_config import describe, shape_option; \
+print(describe(shape_option(None, sys.argv[1])))" "$config" || return 2
+  python3 -m advisor crosscheck --target vllm --workload chat --model-config "$config" \
+    --workload-param "$(poisson $r0)" --workload-param n_requests=$(( r0 * WINDOW )) \
+    --workload-param drain_limit_s=15 "${rates[@]}" \
+    --repeats "$repeats" --reference-repeats 0 --store-as "$study" \
+    -o "$OUT/crosscheck-$PHASE.jsonl"
+}

@@ -43,14 +43,4 @@ source scripts/device/h200_env.sh
 trap export_phase EXIT
 stop_before_limit 570 TERM "advisor crosscheck"
 
-R0=15
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-# The shape's name and features, as the trials will carry them (fails here, not on the GPU).
-python3 -c "import sys; from advisor.model_config import describe, shape_option; \
-print(describe(shape_option(None, sys.argv[1])))" "$CONFIG" || exit 2
-python3 -m advisor crosscheck --target vllm --workload chat --model-config "$CONFIG" \
-  --workload-param "$(poisson $R0)" --workload-param n_requests=$(( R0 * WINDOW )) \
-  --workload-param drain_limit_s=15 \
-  --rate 15 --rate 45 --rate 75 --rate 105 --rate 135 \
-  --repeats 3 --reference-repeats 0 --store-as "h200-$PHASE-chat-1203-knee" \
-  -o "$OUT/crosscheck-$PHASE.jsonl"
+shape_crosscheck "$CONFIG" "h200-$PHASE-chat-1203-knee" 3 15 45 75 105 135
