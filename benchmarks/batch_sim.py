@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from knowledge import TrialStatus, TrialStore
+from benchmarks.stores import shipped_store, temp_store
+from knowledge import TrialStatus
 from knowledge.batch_sim import FRONTEND_TOKEN_MS, Observation, RequestStream, fit_batch_models
 from knowledge.curve_model import KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
@@ -54,7 +54,7 @@ from knowledge.surrogate import (
     metric_transform,
     workload_features,
 )
-from knowledge.transfer import import_file, import_shipped_knowledge, shipped_file
+from knowledge.transfer import import_file, shipped_file
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
 from search_spaces.space import load_space
 
@@ -286,7 +286,7 @@ def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> li
     from knowledge.transfer import import_file
 
     rows = json.loads(predictions.read_text())
-    store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'measured.db'}")
+    store = temp_store("measured.db")
     for path in measured:
         import_file(store, path)
     new = [t for t in store.list_trials(TrialFilter(status=TrialStatus.COMPLETE)) if t.metrics]
@@ -349,8 +349,7 @@ def main() -> None:
     parser.add_argument("--tests", default="folds,between,configs",
                         help="which tests, comma-separated (folds, between, configs)")
     args = parser.parse_args()
-    store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'shipped.db'}")
-    import_shipped_knowledge(store)
+    store = shipped_store()
     done = TrialFilter(status=TrialStatus.COMPLETE)
     trials = [t for t in store.list_trials(done) if t.metrics]
     report: dict[str, Any] = {}
@@ -373,7 +372,7 @@ def main() -> None:
         return
     tests = set(args.tests.split(","))
     costs = [float(c) for c in args.frontend_costs.split(",")]
-    held_store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'between.db'}")
+    held_store = temp_store("between.db")
     import_file(held_store, shipped_file(BETWEEN))
     between = {t.uid for t in held_store.list_trials(done)}
     for key, ctx in sorted(by_context.items(), key=lambda kv: kv[0].label()):

@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from knowledge import TrialStatus, TrialStore
+from benchmarks.stores import shipped_store, temp_store
+from knowledge import TrialStatus
 from knowledge.store import TrialFilter
 from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
-from knowledge.transfer import import_file, import_shipped_knowledge, shipped_file
+from knowledge.transfer import import_file, shipped_file
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
 TRIALS = "h200-vllm-between-2026-12-04.jsonl"
-
-
-def _store(name: str) -> TrialStore:
-    return TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / name}")
 
 
 def main() -> None:
@@ -41,9 +37,8 @@ def main() -> None:
                         help=f"the held-out trials (default: the shipped {TRIALS})")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    shipped = _store("shipped.db")
-    import_shipped_knowledge(shipped)
-    held_store = _store("held.db")
+    shipped = shipped_store()
+    held_store = temp_store("held.db")
     import_file(held_store, args.trials or shipped_file(TRIALS))
     done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
     held = [t for t in held_store.list_trials(done) if t.metrics]

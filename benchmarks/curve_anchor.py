@@ -14,12 +14,11 @@ from this script.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
-from knowledge import TrialStatus, TrialStore
+from benchmarks.stores import shipped_store
+from knowledge import TrialStatus
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
 from knowledge.surrogate import (
@@ -36,7 +35,6 @@ from knowledge.surrogate import (
     metric_transform,
     workload_features,
 )
-from knowledge.transfer import import_shipped_knowledge
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
 
@@ -93,11 +91,7 @@ def main() -> None:
     parser.add_argument("--target", default="vllm")
     parser.add_argument("--folds", type=int, default=5)
     args = parser.parse_args()
-    if args.db_url:
-        store = TrialStore(args.db_url)
-    else:
-        store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}")
-        import_shipped_knowledge(store)
+    store = shipped_store(args.db_url)
     grouped: dict = {}
     for t in store.list_trials(TrialFilter(target=args.target, status=TrialStatus.COMPLETE)):
         if t.metrics:

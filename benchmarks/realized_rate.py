@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ from typing import Any
 import numpy as np
 
 import knowledge.surrogate as surrogate
-from knowledge import TrialStatus, TrialStore
+from benchmarks.stores import shipped_store
+from knowledge import TrialStatus
 from knowledge.store import TrialFilter
-from knowledge.transfer import import_shipped_knowledge
 from objectives.llm.workload import _PARAM_KEYS as SPEC_KEYS
 from objectives.llm.workload import LLMWorkloadSpec, request_shapes
 
@@ -102,8 +101,7 @@ def main() -> None:
                         help="rate reading(s) to score (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    store = TrialStore(f"sqlite:///{Path(tempfile.mkdtemp()) / 'shipped.db'}")
-    import_shipped_knowledge(store)
+    store = shipped_store()
     done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
     report = []
     for mode in args.mode or MODES:
