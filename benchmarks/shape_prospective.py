@@ -95,7 +95,8 @@ def score(predictions: dict[str, Any], measured: list[dict[str, Any]]) -> dict[s
     for t in trials:
         if (r := _rate(t)) is not None:
             by_rate.setdefault(r, []).append(t)
-    rows, errors = [], {m: [] for m in METRICS}
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, list[float]] = {m: [] for m in METRICS}
     for answer in predictions["answers"]:
         rate, pred = answer["rate_rps"], answer.get("predicted") or {}
         here = by_rate.get(rate, [])
