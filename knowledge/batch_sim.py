@@ -185,30 +185,31 @@ def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepMod
     weight = 0.0
     step_total, steps = 0.0, 0
     ready = arrivals.copy()  # when the engine sees each request (after the frontend)
-    fe = {"free": 0.0, "next": 0}
+    fe_free, fe_next = 0.0, 0  # when the frontend is next free; the next request it takes in
 
     def take_in(until: float) -> None:
         """The frontend takes in every request that arrived by ``until`` (in arrival order),
         each when it is free of the streaming work queued there."""
-        while fe["next"] < n and arrivals[fe["next"]] <= until:
-            k = fe["next"]
-            ready[k] = max(float(arrivals[k]), fe["free"])
-            fe["next"] = k + 1
+        nonlocal fe_next
+        while fe_next < n and arrivals[fe_next] <= until:
+            ready[fe_next] = max(float(arrivals[fe_next]), fe_free)
+            fe_next += 1
 
     def send(end: float, tokens: float, repeat: int, dt: float) -> float:
         """When the frontend has sent the ``tokens`` of each of ``repeat`` steps of ``dt``
         seconds ending at ``end``: each step's share leaves when the frontend is free of the
         earlier ones, before any request that arrived meanwhile (it takes requests in
         between its streaming work)."""
+        nonlocal fe_free
         work = tokens * frontend.per_token_ms / 1e3
         first_end = end - (repeat - 1) * dt
-        fe["free"] = max(end + work, max(fe["free"], first_end) + repeat * work)
-        return fe["free"]
+        fe_free = max(end + work, max(fe_free, first_end) + repeat * work)
+        return fe_free
 
     while True:
         if frontend.active:
             take_in(t)
-            if nxt < n and fe["next"] <= nxt:  # the next request is still on its way
+            if nxt < n and fe_next <= nxt:  # the next request is still on its way
                 take_in(float(arrivals[nxt]))
         while nxt < n and ready[nxt] <= t:
             waiting.append(nxt)
@@ -270,8 +271,8 @@ def simulate(stream: RequestStream, slots: int, token_budget: int, step: StepMod
         sent = send(t, float(emit.sum()), repeat, dt_ms / 1e3) if frontend.active else t
         if completes.any():
             first[ids[completes]] = sent
-        out_left[ids[emit]] -= repeat if repeat > 1 else 1
-        produced[ids[emit]] += repeat if repeat > 1 else 1
+        out_left[ids[emit]] -= repeat
+        produced[ids[emit]] += repeat
         gone = emit & (out_left[ids] <= 0)
         if gone.any():
             finish[ids[gone]] = sent
@@ -344,7 +345,12 @@ class BatchModel:
     def predict(self, stream: RequestStream, slots: int, token_budget: int
                 ) -> dict[str, float]:
         """The client's figures of ``stream`` under these batch limits."""
-        figures = simulate(stream, slots, token_budget, self.step, self.frontend).metrics()
+        return self.figures(simulate(stream, slots, token_budget, self.step, self.frontend))
+
+    def figures(self, run: SimulatedRun) -> dict[str, float]:
+        """The client's figures of a run simulated with this model: its metrics, the latencies
+        moved by their offsets."""
+        figures = run.metrics()
         for name, offset in self.offsets_ms.items():
             if name in figures:
                 figures[name] = max(figures[name] + offset, 1e-3)
@@ -415,15 +421,12 @@ def _misfit(models: Mapping[str, BatchModel],
             classes: Mapping[str, Sequence[Observation]]) -> float:
     """Mean squared log error of the models' figures against every measured figure they
     predict, over all observations (the fit's own data: the choice is nested in the fit)."""
-    errors = []
-    for key, observations in classes.items():
-        model = models[key]
+    errors: list[float] = []
+    for key, model in models.items():
+        observations = classes[key]
         runs = _runs(observations, model.step, model.frontend)
         for o, run in zip(observations, runs, strict=True):
-            figures = run.metrics()
-            for name, offset in model.offsets_ms.items():
-                if name in figures:
-                    figures[name] = max(figures[name] + offset, 1e-3)
+            figures = model.figures(run)
             errors.extend(math.log(figures[m] / float(v)) ** 2 for m, v in o.measured.items()
                           if m in figures and isinstance(v, int | float) and v > 0
                           and figures[m] > 0)

@@ -159,5 +159,6 @@ def test_the_fit_chooses_the_frontend_the_runs_were_measured_behind() -> None:
         ttft = (run.first_token_s - stream.arrivals_s) * 1e3
         mean_step = float(np.dot(run.step_regressors, truth.as_tuple()))
         observations.append(Observation(stream, 256, 8192, mean_step, run.metrics(), ttft))
-    models = fit_batch_models({"one class": observations})
+    models = fit_batch_models({"one class": observations, "a class with no run": []})
+    assert list(models) == ["one class"]  # a class without runs gets no model, and no error
     assert models["one class"].frontend.per_token_ms == pytest.approx(0.05)
