@@ -283,7 +283,6 @@ def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> li
     predictions: load curves predicted from the knobs where they answer, else the surrogate),
     fitted on the shipped trials only."""
     from knowledge.surrogate import fit_context
-    from knowledge.transfer import import_file
 
     rows = json.loads(predictions.read_text())
     store = temp_store("measured.db")
@@ -356,6 +355,7 @@ def main() -> None:
     by_context: dict[Any, list] = {}
     for t in trials:
         by_context.setdefault(context_of(t), []).append(t)
+    costs = [float(c) for c in args.frontend_costs.split(",")]
     if args.score:
         rows = prospective(trials, args.score, args.measured)
         if args.json:
@@ -365,13 +365,11 @@ def main() -> None:
         if not args.like:
             parser.error("--predict needs --like UID")
         runs = [(float(r), int(sd)) for r, sd in (x.split(":") for x in args.runs.split(","))]
-        rows = predict(trials, args.predict, runs, args.like,
-                       [float(c) for c in args.frontend_costs.split(",")])
+        rows = predict(trials, args.predict, runs, args.like, costs)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
         return
     tests = set(args.tests.split(","))
-    costs = [float(c) for c in args.frontend_costs.split(",")]
     held_store = temp_store("between.db")
     import_file(held_store, shipped_file(BETWEEN))
     between = {t.uid for t in held_store.list_trials(done)}
@@ -398,7 +396,7 @@ def main() -> None:
                     continue
                 line = "  ".join(f"{name} {s['mape']:6.1%} (median {s['median_ape']:5.1%})"
                                  for name, s in cands.items())
-                n = next(iter(cands.values()))["n"] if cands else 0
+                n = next(iter(cands.values()))["n"]
                 print(f"{label:40} {test:17} {m:20} n={n:3d}  {line}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

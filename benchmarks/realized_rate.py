@@ -35,8 +35,9 @@ import knowledge.surrogate as surrogate
 from benchmarks.stores import shipped_store
 from knowledge import TrialStatus
 from knowledge.store import TrialFilter
-from objectives.llm.workload import _PARAM_KEYS as SPEC_KEYS
-from objectives.llm.workload import LLMWorkloadSpec, request_shapes
+from objectives.llm.server import ServingWorkload
+from objectives.llm.workload import request_shapes
+from objectives.registry import get_target
 
 MODELS = ("llama-3-8b", "llama-3.2-1b")
 METRICS = ["ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s"]
@@ -50,8 +51,8 @@ def stream_load(spec_json: str, peak_window_s: float) -> tuple[float, float] | N
     the whole stream, or its busiest ``peak_window_s`` window (requests/s only); None for a
     stream without arrival times."""
     params = json.loads(spec_json).get("params") or {}
-    # The spec's own keys; the rest (e.g. a start-up timeout) is the target's.
-    spec = LLMWorkloadSpec.from_params({k: v for k, v in params.items() if k in SPEC_KEYS})
+    # The target's own parameters (e.g. a start-up timeout) set apart, as a trial does.
+    spec, _ = ServingWorkload.check(params, target_keys=get_target("vllm").target_params)
     arrivals, _, outputs = request_shapes(spec)
     if len(arrivals) < 2 or arrivals[-1] <= 0:
         return None
