@@ -45,6 +45,7 @@ from knowledge.models import StudyStatus
 from knowledge.validity import is_usable
 from objectives import SLO, parse_slo
 from objectives.hardware import fingerprint
+from objectives.runner import error_type_of
 from objectives.llm.reference import ReferenceHarness, ReferenceRun, clamp_lengths
 from objectives.llm.server import (
     ServingWorkload,
@@ -145,6 +146,9 @@ class Measured:
     checks: list[dict[str, Any]] = field(default_factory=list)
     client_processes: int | None = None
     error: str | None = None
+    #: The stored trial's ``error_type`` of a measurement that failed (``error``: the advisor's
+    #: own checks, e.g. every request refused; ``rejected`` / ``engine_start``: the config).
+    error_type: str | None = None
     trial_id: int | None = None
     at_s: float = 0.0
     argv: list[str] | None = None
@@ -363,8 +367,10 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
         say(f"[{label}] {rate:g} req/s, round {round_ + 1}/{plan.repeats}: advisor client")
         one = _measure_advisor(target, running, served, label, rate, round_, slo)
         one.at_s = time.perf_counter() - started
-        if recorder is not None and one.error is None:
-            one.trial_id = recorder.record(one, running, workloads[rate_index], served)
+        if recorder is not None:
+            one.trial_id = (recorder.record(one, running, workloads[rate_index], served)
+                            if one.error is None
+                            else recorder.record_failure(one, running, workloads[rate_index]))
         report.measured.append(one)
         if on_measured:
             on_measured(one)
@@ -455,7 +461,7 @@ def _measure_advisor(target: ServingTarget, endpoint: _Endpoint, served: Serving
                 max_client_processes=client_processes_max_param(served.target_params),
                 vocabulary=target.server_metrics)
     except AdvisorError as exc:
-        one.error = f"{type(exc).__name__}: {exc}"
+        one.error, one.error_type = f"{type(exc).__name__}: {exc}", error_type_of(exc)
         return one
     # Goodput at the plan's SLO (the per-request bounds), as a stored trial reports it.
     scored = target.apply_slo(Measurement(metrics=metrics, engine_versions={}, details=details,
@@ -566,12 +572,12 @@ class _Recorder:
         self.studies[rate] = study
         return study
 
-    def record(self, one: Measured, endpoint: _Endpoint, workload: Workload,
-               served: ServingWorkload) -> int:
+    def _details(self, one: Measured, endpoint: _Endpoint) -> dict[str, Any]:
+        """What a stored trial keeps of ``one``: its measurement details, the server's launch
+        facts and where it came from."""
         details = dict(one.details or {})
         if endpoint.running is not None:
             details.update({k: v for k, v in endpoint.running.facts.items()})
-        study = self._study(one.rate_rps, workload)
         config = endpoint.config
         is_default = all(config.get(k) == v for k, v in self.default.items()) and not (
             self.plan.co_resident)
@@ -579,16 +585,39 @@ class _Recorder:
                         "crosscheck": {"session": self.session, "config_label": one.config,
                                        "round": one.round, "co_resident": self.plan.co_resident,
                                        "memory_share": self.plan.memory_share}})
-        measurement = self.target.apply_slo(
-            Measurement(metrics=dict(one.metrics), engine_versions=self.target.engine_versions(),
-                        details=details, duration_s=0.0), self.slo)
+        return details
+
+    def _start(self, one: Measured, endpoint: _Endpoint, workload: Workload) -> TrialRecord:
+        """The trial row of ``one`` in its rate's study, started (numbered after the study's
+        last trial)."""
+        study = self._study(one.rate_rps, workload)
+        config = endpoint.config
         hw = fingerprint()
         number = len(self.store.trials_of_study(study.id or 0))
-        rec = self.store.start_trial(TrialRecord(
+        return self.store.start_trial(TrialRecord(
             study_id=study.id or 0, number=number, optuna_trial_id=None, target=self.plan.target,
             config=config, config_hash=_config_hash(config), workload_spec=workload.spec,
             workload_hash=workload.spec_hash, hardware=hw, hardware_key=str(hw["key"]),
             advisor_version=__version__, details={}))
+
+    def record_failure(self, one: Measured, endpoint: _Endpoint, workload: Workload) -> int:
+        """Store a measurement that failed as a failed trial with its reason, nothing lost. Its
+        ``error_type`` is the measurement's: ``error`` when the advisor's own checks stopped it
+        (every request refused, say), which the failure model never reads as the config's
+        fault."""
+        rec = self._start(one, endpoint, workload)
+        stored = self.store.fail_trial(
+            rec.id or 0, error_type=one.error_type or "error", error=one.error or "",
+            duration_s=0.0, details=self._details(one, endpoint))
+        return stored.id or 0
+
+    def record(self, one: Measured, endpoint: _Endpoint, workload: Workload,
+               served: ServingWorkload) -> int:
+        details = self._details(one, endpoint)
+        measurement = self.target.apply_slo(
+            Measurement(metrics=dict(one.metrics), engine_versions=self.target.engine_versions(),
+                        details=details, duration_s=0.0), self.slo)
+        rec = self._start(one, endpoint, workload)
         margins = [SLOMarginRecord(trial_id=0, metric=b.metric, op=b.op, threshold=b.threshold,
                                    value=float(measurement.metrics[b.metric]),
                                    margin=b.margin(float(measurement.metrics[b.metric])))

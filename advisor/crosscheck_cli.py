@@ -168,8 +168,9 @@ def crosscheck_cmd(
 
 
 def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"crosscheck {report.session}: advisor vs {report.facts['reference']} "
-                        "vs server (ms, tok/s)")
+    reference = report.facts.get("reference")
+    against = f"{reference} vs server" if reference else "server (no reference harness)"
+    table = Table(title=f"crosscheck {report.session}: advisor vs {against} (ms, tok/s)")
     for col in ("config", "req/s", "figure", "advisor", "reference", "ratio", "server",
                 "goal"):
         table.add_column(col, overflow="fold")

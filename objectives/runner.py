@@ -22,7 +22,7 @@ from objectives.registry import get_target
 from objectives.slo import parse_slo
 from objectives.workload import Workload
 
-__all__ = ["main"]
+__all__ = ["error_type_of", "main"]
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -31,18 +31,24 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def error_type_of(exc: BaseException) -> str:
+    """The stored ``error_type`` of a trial that ``exc`` stopped: ``rejected`` (the engine
+    refused the config), ``engine_start``, ``oom``, ``error`` (the advisor's own checks: an
+    :class:`AdvisorError` that blames no config) or ``crash`` (anything unexpected)."""
+    if isinstance(exc, ConfigRejectedError):
+        return "rejected"
+    if isinstance(exc, EngineStartError):
+        return "engine_start"
+    if isinstance(exc, MemoryError):
+        return "oom"
+    if isinstance(exc, AdvisorError):
+        return "error"
+    return "crash"
+
+
 def _outcome_for(exc: BaseException) -> dict[str, Any]:
     """Classify an exception raised by a target into a failed outcome."""
-    if isinstance(exc, ConfigRejectedError):
-        kind = "rejected"
-    elif isinstance(exc, EngineStartError):
-        kind = "engine_start"
-    elif isinstance(exc, MemoryError):
-        kind = "oom"
-    elif isinstance(exc, AdvisorError):
-        kind = "error"
-    else:
-        kind = "crash"
+    kind = error_type_of(exc)
     reason = str(exc) or type(exc).__name__
     if kind in ("crash", "oom"):
         reason = f"{type(exc).__name__}: {reason}\n" + "".join(

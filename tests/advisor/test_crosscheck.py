@@ -21,7 +21,8 @@ from advisor.crosscheck import (
     run_crosscheck,
 )
 from advisor.errors import AdvisorError
-from knowledge import TrialStore
+from knowledge import TrialStatus, TrialStore
+from knowledge.failures import NOT_THE_CONFIG, labelled_starts
 from objectives.llm import validity
 from objectives.llm.reference import LengthLimits, clamp_lengths, sharegpt_dataset
 from objectives.llm.workload import LLMWorkloadSpec, generate_requests, load_preset
@@ -132,6 +133,28 @@ def test_co_resident_configs_alternate_and_are_stored_as_trials(
     assert paired["status"] == "compared", paired
     assert (paired["x"], paired["y"]) == ("big-blocks", "default")
     assert {m["metric"] for m in paired["metrics"]} >= {"ttft_p95_ms", "output_tokens_per_s"}
+
+
+def test_a_failed_measurement_is_stored_as_a_failed_trial_that_blames_no_config(
+        stand_ins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every request refused, as vLLM answered a Qwen2 model whose tokenizer read the prompts as
+    # empty: the measurement fails, and with --store-as it is kept as a failed trial with its
+    # reason, labelled so that the failure model leaves it out (it was the advisor's fault).
+    monkeypatch.setenv("FAKE_SERVER_REFUSE", "The decoder prompt cannot be empty")
+    store = TrialStore(f"sqlite:///{tmp_path / 'store.db'}")
+    plan = CrosscheckPlan(target="vllm", workload=small(), rates=(8.0,), reference_repeats=0,
+                          store_as="refused")
+    report = run_crosscheck(plan, cache_dir=tmp_path / "cache", store=store)
+    [one] = report.measured
+    assert one.error and one.error_type == "error"
+    assert one.to_dict()["error_type"] == "error"
+    [trial] = store.trials_of_study(store.get_study("refused@8rps").id or 0)
+    assert trial.id == one.trial_id
+    assert trial.status == TrialStatus.FAILED and trial.error_type == "error"
+    assert "decoder prompt cannot be empty" in trial.error
+    assert trial.details["crosscheck"]["config_label"] == "default"
+    assert trial.details["startup_s"] > 0  # the server's launch facts are kept
+    assert trial.error_type in NOT_THE_CONFIG and labelled_starts(store, target="vllm") == []
 
 
 def test_bad_plans_are_refused_in_one_line() -> None:

@@ -12,6 +12,8 @@ from the server's side of each request (from its arrival to the write of its fir
 so the validity gate can be tested against a server's own truth. ``POST /reset_prefix_cache``
 answers 200. ``$FAKE_SERVER_TOKEN_DELAY_S`` sets the pause between chunks (default 1 ms);
 ``$FAKE_SERVER_NO_METRICS`` makes ``/metrics`` answer 404, as an endpoint without metrics does.
+``$FAKE_SERVER_REFUSE`` answers every completion with HTTP 400 and that message, as vLLM refuses
+prompts its tokenizer reads as empty ("The decoder prompt cannot be empty").
 """
 
 from __future__ import annotations
@@ -110,6 +112,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with open(record, "a") as f:
                 f.write(json.dumps({"auth": self.headers.get("Authorization"), "body": body})
                         + "\n")
+        if refusal := os.environ.get("FAKE_SERVER_REFUSE"):
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps({"error": {"message": refusal, "type": "BadRequestError",
+                                                   "code": 400}}).encode())
+            return
         if self.path != "/v1/completions" or body.get("model") != self.served_model \
                 or body.get("ignore_eos") is not True:
             self.send_response(400)
