@@ -19,11 +19,25 @@ from typing import Any
 from advisor.errors import WorkloadError
 from objectives.atomic_files import atomic_write_text
 
-__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "TOKENIZER_DIR", "model_config",
+__all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "PAD_TOKEN", "TOKENIZER_DIR", "TOKENIZER_LAYOUT",
+           "model_config",
            "model_dir_parameters", "parameter_count", "prompt_text", "tokenizer_dir",
            "write_model_dir"]
 
-N_SPECIAL_TOKENS = 3  # <pad>=0, <s>=1, </s>=2
+N_SPECIAL_TOKENS = 3  # PAD_TOKEN=0, <s>=1, </s>=2
+#: The padding (and unknown) token's text, long on purpose. vLLM refuses a prompt of more
+#: characters than its input-token budget (max_model_len - max_tokens) times the longest token
+#: text in the vocabulary; real tokenizers hold long whitespace and punctuation tokens, so real
+#: prompts never meet that bound, but the prompt words here (``t<id>`` and a space: 8 characters
+#: for a six-digit id, one more than ``t128255``) did, near a full context. A vocabulary with
+#: this token allows 20 characters a token: room for ids of up to 18 digits.
+PAD_TOKEN = "<|advisor-pad-token|>"
+#: The version of the tokenizer files :func:`write_model_dir` writes, kept beside them in
+#: ``_TOKENIZER_MARK``: a directory written by an older version has its tokenizer rewritten
+#: rather than reused (prompts spelt for one vocabulary and read by another would turn into
+#: unknown tokens). 2: the long :data:`PAD_TOKEN` (was ``<pad>``).
+TOKENIZER_LAYOUT = 2
+_TOKENIZER_MARK = "advisor-tokenizer.json"
 #: The model directory's subdirectory holding the tokenizer alone (no config.json): what an
 #: engine is pointed at as its tokenizer (see :func:`tokenizer_dir`).
 TOKENIZER_DIR = "tokenizer"
@@ -134,20 +148,20 @@ def prompt_text(token_ids: tuple[int, ...] | list[int]) -> str:
 
 
 def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    vocab = {PAD_TOKEN: 0, "<s>": 1, "</s>": 2}
     vocab.update({f"t{i}": i for i in range(N_SPECIAL_TOKENS, vocab_size)})
     return {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": [
             {"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
              "normalized": False, "special": True}
-            for tok, i in (("<pad>", 0), ("<s>", 1), ("</s>", 2))
+            for tok, i in ((PAD_TOKEN, 0), ("<s>", 1), ("</s>", 2))
         ],
         "normalizer": None,
         "pre_tokenizer": {"type": "WhitespaceSplit"},
         "post_processor": None,
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<pad>"},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": PAD_TOKEN},
     }
 
 
@@ -181,15 +195,26 @@ def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any]
 
 def _write_tokenizer(directory: Path, vocab_size: int, max_length: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = directory / "tokenizer.json"
-    if not tokenizer.exists():
+    tokenizer, mark = directory / "tokenizer.json", directory / _TOKENIZER_MARK
+    written = {"layout": TOKENIZER_LAYOUT, "vocab_size": vocab_size}
+    # The vocabulary is large (128k words): written once per directory and layout.
+    if not tokenizer.exists() or _read_mark(mark) != written:
         atomic_write_text(tokenizer, json.dumps(_tokenizer_json(vocab_size)))
+        atomic_write_text(mark, json.dumps(written))
     atomic_write_text(directory / "tokenizer_config.json", json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "pad_token": "<pad>", "unk_token": "<pad>", "add_bos_token": False,
+        "pad_token": PAD_TOKEN, "unk_token": PAD_TOKEN, "add_bos_token": False,
         "model_max_length": max_length, "clean_up_tokenization_spaces": False,
         "chat_template": "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} "
                          "{% endif %}{% endfor %}",
     }))
     atomic_write_text(directory / "special_tokens_map.json", json.dumps({
-        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}))
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": PAD_TOKEN, "unk_token": PAD_TOKEN}))
+
+
+def _read_mark(path: Path) -> Any:
+    """What a tokenizer mark file says (None when missing or unreadable: rewrite)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

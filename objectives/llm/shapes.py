@@ -335,7 +335,7 @@ def config_from_name(name: str) -> dict[str, Any]:
         "torch_dtype": _TAG_DTYPE.get(m["dtype"] or "", "bfloat16"),
         "rms_norm_eps": _HF_DEFAULTS[family]["rms_norm_eps"],
         "rope_theta": _HF_DEFAULTS[family]["rope_theta"], "initializer_range": 0.02,
-        # The model directory's tokenizer (objectives.llm.models): <pad>=0, <s>=1, </s>=2.
+        # The model directory's tokenizer (objectives.llm.models): PAD_TOKEN=0, <s>=1, </s>=2.
         "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
     }
     if m["d"]:

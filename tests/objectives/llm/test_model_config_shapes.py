@@ -212,6 +212,40 @@ def test_a_model_directory_written_before_the_tokenizer_directory_is_completed(
     assert (resolve_model(name, tmp_path).tokenizer_path / "tokenizer.json").exists()
 
 
+def test_a_prompt_of_a_full_context_stays_inside_vllms_character_bound(tmp_path: Path) -> None:
+    """vLLM 0.26 refuses a prompt of more characters than its input-token budget times the
+    longest token text of the vocabulary (``max_chars_per_token``, read from ``get_vocab()``).
+    With ``<pad>`` as the longest special token, ``t<6 digits>`` words (8 characters with their
+    space) broke that bound near a full context: on the H200, 1 chat request in ~5,000 was
+    refused (14,594 characters against 14,511 for 2,073 input tokens)."""
+    transformers = pytest.importorskip("transformers")
+    directory = write_model_dir("llama-3-8b", tmp_path / "m")
+    tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir(directory))
+    max_chars_per_token = max(len(t) for t in tok.get_vocab())  # as vLLM computes it
+    budget = 2_073
+    ids = [128_255] * budget  # the longest words the vocabulary has
+    text = prompt_text(ids)
+    assert len(text) <= budget * max_chars_per_token
+    assert tok(text)["input_ids"] == ids
+    assert tok(prompt_text([3, 99_999, 128_255]))["input_ids"] == [3, 99_999, 128_255]
+
+
+def test_a_tokenizer_written_by_an_older_layout_is_rewritten(tmp_path: Path) -> None:
+    directory = write_model_dir("tiny-llama", tmp_path / "m")
+    tokenizer = directory / "tokenizer.json"
+    current = tokenizer.read_text()
+    old = json.loads(current)
+    old["model"]["vocab"] = {"<pad>": 0, **{k: v for k, v in old["model"]["vocab"].items() if v}}
+    tokenizer.write_text(json.dumps(old))
+    (directory / "advisor-tokenizer.json").unlink()  # written before the mark existed
+    write_model_dir("tiny-llama", tmp_path / "m")
+    assert tokenizer.read_text() == current
+    # A current one is left as it is (the vocabulary is large: written once).
+    tokenizer.write_text(current + " ")
+    write_model_dir("tiny-llama", tmp_path / "m")
+    assert tokenizer.read_text() == current + " "
+
+
 @pytest.mark.slow
 def test_transformers_builds_the_shape_with_the_counted_weights(tmp_path: Path) -> None:
     """The written directory is what transformers instantiates, and its own count agrees."""
