@@ -45,7 +45,6 @@ from knowledge.models import StudyStatus
 from knowledge.validity import is_usable
 from objectives import SLO, parse_slo
 from objectives.hardware import fingerprint
-from objectives.runner import error_type_of
 from objectives.llm.reference import ReferenceHarness, ReferenceRun, clamp_lengths
 from objectives.llm.server import (
     ServingWorkload,
@@ -65,6 +64,7 @@ from objectives.llm.validity import judge
 from objectives.llm.workload import at_rate
 from objectives.measurement import Measurement
 from objectives.registry import get_target
+from objectives.runner import error_type_of
 from objectives.workload import Workload, canonical_json
 
 __all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "compare_rounds",

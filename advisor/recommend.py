@@ -523,6 +523,38 @@ def _candidates(ctx: ContextModels, space: SearchSpace, seeds: list[dict[str, An
     return list(out.values())
 
 
+Predictions = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _predict_reusing(ctx: ContextModels, configs: list[dict[str, Any]],
+                     features: Mapping[str, float], needed: list[str],
+                     known: list[dict[str, Any]], known_pred: Predictions) -> Predictions:
+    """``ctx.predict(configs, ...)``, but the configs among ``known`` (predicted as
+    ``known_pred`` at the same workload and metrics) are not predicted again: the measured
+    configs were predicted to rank the seeds, and each config's prediction does not depend on
+    the others predicted with it."""
+    where = {_config_key(c): i for i, c in enumerate(known)}
+    fresh = [c for c in configs if _config_key(c) not in where]
+    fresh_pred = ctx.predict(fresh, features, needed) if fresh else {}
+    out: Predictions = {}
+    for metric, known_arrays in known_pred.items():
+        if fresh and metric not in fresh_pred:
+            continue
+        arrays = []
+        for k, known_array in enumerate(known_arrays):
+            picked, n = [], 0
+            for c in configs:
+                i = where.get(_config_key(c))
+                if i is None:
+                    picked.append(fresh_pred[metric][k][n])
+                    n += 1
+                else:
+                    picked.append(known_array[i])
+            arrays.append(np.asarray(picked, dtype=float))
+        out[metric] = (arrays[0], arrays[1], arrays[2])
+    return out
+
+
 def _pick_context(models: KnowledgeModels, query: RecommendationQuery
                   ) -> tuple[ContextModels | None, str, list[str]]:
     """The context answering ``query``, or None with the reason it is not covered."""
@@ -750,7 +782,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         configs, note = _without_predicted_failures(store, ctx, configs, features, nearest,
                                                     failure_cache_dir)
         notes.extend(note)
-    pred = ctx.predict(configs, features, needed)
+    pred = _predict_reusing(ctx, configs, features, needed, measured, pred)
     feasible = [i for i in range(len(configs))
                 if all(m <= 0 for m in _conservative_margins(slo, pred, i, headroom).values())]
     quality = _quality(ctx, needed)
