@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import math
 import shlex
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -222,16 +224,37 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                    tune_command=tune, reason=_untunable(model).removeprefix("; ") or None)
 
 
+#: Per fitted context (``id`` and a weak reference, so a refitted context is never mistaken for
+#: an older one at the same address): its headroom per tuple of metrics.
+_HEADROOM: dict[int, tuple[weakref.ref[ContextModels], dict[tuple[str, ...],
+                                                          dict[str, Headroom]]]] = {}
+_HEADROOM_LOCK = threading.Lock()
+
+
 def _context_headroom(store: TrialStore, ctx: ContextModels, engine: Target, slo: SLO
                       ) -> dict[str, Headroom]:
-    """The quality headroom over the trials the context's models were fitted on."""
-    metrics = _rebuild_varying(engine, slo)
+    """The quality headroom over the trials the context's models were fitted on: read from the
+    store once per fitted context and metrics (those trials are the fit's; a change to them
+    makes a new fit), not on every answer."""
+    metrics = tuple(_rebuild_varying(engine, slo))
     if not metrics:
         return {}
+    with _HEADROOM_LOCK:
+        ref, known = _HEADROOM.get(id(ctx), (None, {}))
+        if ref is None or ref() is not ctx:
+            for key in [k for k, (r, _) in _HEADROOM.items() if r() is None]:
+                del _HEADROOM[key]
+            known = {}
+            _HEADROOM[id(ctx)] = (weakref.ref(ctx), known)
+        if metrics in known:
+            return known[metrics]
     ids = set(ctx.trial_ids)
     trials = store.list_trials(TrialFilter(target=engine.name, status=TrialStatus.COMPLETE,
                                            hardware_key=ctx.key.hardware_key))
-    return measured_headroom([t for t in trials if t.id in ids], metrics)
+    headroom = measured_headroom([t for t in trials if t.id in ids], metrics)
+    with _HEADROOM_LOCK:
+        known[metrics] = headroom
+    return headroom
 
 
 def _rebuild_varying(engine: Target, slo: SLO) -> list[str]:
@@ -534,24 +557,31 @@ def _predict_reusing(ctx: ContextModels, configs: list[dict[str, Any]],
     configs were predicted to rank the seeds, and each config's prediction does not depend on
     the others predicted with it."""
     where = {_config_key(c): i for i, c in enumerate(known)}
-    fresh = [c for c in configs if _config_key(c) not in where]
-    fresh_pred = ctx.predict(fresh, features, needed) if fresh else {}
+    # Per config: its row among the known predictions, or -1 - its row among the fresh ones.
+    rows: list[int] = []
+    fresh: list[dict[str, Any]] = []
+    for c in configs:
+        i = where.get(_config_key(c))
+        if i is None:
+            rows.append(-1 - len(fresh))
+            fresh.append(c)
+        else:
+            rows.append(i)
+    if not fresh:
+        take = np.asarray(rows)
+        return {m: (a[take], b[take], h[take]) for m, (a, b, h) in known_pred.items()}
+    fresh_pred = ctx.predict(fresh, features, needed)
+    from_known = np.asarray([r >= 0 for r in rows])
+    known_rows = np.asarray([max(r, 0) for r in rows])
+    fresh_rows = np.asarray([max(-1 - r, 0) for r in rows])
     out: Predictions = {}
     for metric, known_arrays in known_pred.items():
-        if fresh and metric not in fresh_pred:
+        if metric not in fresh_pred:
             continue
-        arrays = []
-        for k, known_array in enumerate(known_arrays):
-            picked, n = [], 0
-            for c in configs:
-                i = where.get(_config_key(c))
-                if i is None:
-                    picked.append(fresh_pred[metric][k][n])
-                    n += 1
-                else:
-                    picked.append(known_array[i])
-            arrays.append(np.asarray(picked, dtype=float))
-        out[metric] = (arrays[0], arrays[1], arrays[2])
+        a, b, h = (np.where(from_known, np.asarray(k, dtype=float)[known_rows],
+                            np.asarray(f, dtype=float)[fresh_rows])
+                   for k, f in zip(known_arrays, fresh_pred[metric], strict=True))
+        out[metric] = (a, b, h)
     return out
 
 
