@@ -20,9 +20,8 @@ from advisor.errors import WorkloadError
 from objectives.atomic_files import atomic_write_text
 
 __all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "PAD_TOKEN", "TOKENIZER_DIR", "TOKENIZER_LAYOUT",
-           "model_config",
-           "model_dir_parameters", "parameter_count", "prompt_text", "tokenizer_dir",
-           "write_model_dir"]
+           "model_config", "model_dir_parameters", "parameter_count", "prompt_text",
+           "tokenizer_dir", "write_model_dir"]
 
 N_SPECIAL_TOKENS = 3  # PAD_TOKEN=0, <s>=1, </s>=2
 #: The padding (and unknown) token's text, long on purpose. vLLM refuses a prompt of more
