@@ -58,7 +58,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def test_eval_prints_held_out_error_per_metric(env: dict[str, str]) -> None:
-    ev = advisor("knowledge", "eval", "--target", "vllm", "--json", env=env)
+    # Two folds: this checks the command and its JSON, not the figures (docs/knowledge.md has
+    # the 5-fold ones; benchmarks reproduce them).
+    ev = advisor("knowledge", "eval", "--target", "vllm", "--json", "--folds", "2", env=env)
     assert ev.returncode == 0, ev.stderr
     scores = json.loads(ev.stdout)["scores"]
     metrics = {s["metric"] for s in scores}
