@@ -557,30 +557,24 @@ def _predict_reusing(ctx: ContextModels, configs: list[dict[str, Any]],
     configs were predicted to rank the seeds, and each config's prediction does not depend on
     the others predicted with it."""
     where = {_config_key(c): i for i, c in enumerate(known)}
-    # Per config: its row among the known predictions, or -1 - its row among the fresh ones.
+    # Each config's row in the known predictions followed by the fresh ones.
     rows: list[int] = []
     fresh: list[dict[str, Any]] = []
     for c in configs:
         i = where.get(_config_key(c))
         if i is None:
-            rows.append(-1 - len(fresh))
+            i = len(known) + len(fresh)
             fresh.append(c)
-        else:
-            rows.append(i)
-    if not fresh:
-        take = np.asarray(rows)
-        return {m: (a[take], b[take], h[take]) for m, (a, b, h) in known_pred.items()}
-    fresh_pred = ctx.predict(fresh, features, needed)
-    from_known = np.asarray([r >= 0 for r in rows])
-    known_rows = np.asarray([max(r, 0) for r in rows])
-    fresh_rows = np.asarray([max(-1 - r, 0) for r in rows])
+        rows.append(i)
+    fresh_pred = ctx.predict(fresh, features, needed) if fresh else {}
+    take = np.asarray(rows, dtype=int)
     out: Predictions = {}
     for metric, known_arrays in known_pred.items():
-        if metric not in fresh_pred:
+        if fresh and metric not in fresh_pred:
             continue
-        a, b, h = (np.where(from_known, np.asarray(k, dtype=float)[known_rows],
-                            np.asarray(f, dtype=float)[fresh_rows])
-                   for k, f in zip(known_arrays, fresh_pred[metric], strict=True))
+        more = fresh_pred[metric] if fresh else (np.empty(0),) * 3
+        a, b, h = (np.concatenate([np.asarray(k, dtype=float), np.asarray(f, dtype=float)])[take]
+                   for k, f in zip(known_arrays, more, strict=True))
         out[metric] = (a, b, h)
     return out
 

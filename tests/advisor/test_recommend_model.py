@@ -77,6 +77,26 @@ def test_impossible_slo_is_no_feasible_config_with_a_tune_command(
     assert rec.closest is not None and rec.tune_command.startswith("advisor tune --target scripted")
 
 
+def test_reused_predictions_equal_predicting_every_config(models: KnowledgeModels) -> None:
+    """An answer predicts the measured configs once, to rank its seeds, and reuses those rows
+    when it predicts them with the one-knob variations: the same figures, in the asked order."""
+    from advisor.recommend import _predict_reusing
+
+    ctx = next(iter(models.contexts.values()))
+    measured = ctx.configs[:10]
+    workload = dict(ctx.workloads[0].features)
+    metrics = sorted(ctx.metrics)
+    known = ctx.predict(measured, workload, metrics)
+    variants = [{**c, "x": round(c["x"] + 0.01, 3)} for c in ctx.configs[10:14]]
+    for asked in ([variants[0], *measured[3:1:-1], *variants[1:], measured[0]], measured[::-1]):
+        reused = _predict_reusing(ctx, asked, workload, metrics, measured, known)
+        direct = ctx.predict(asked, workload, metrics)
+        assert set(reused) == set(direct) == set(metrics)
+        for m in metrics:
+            for got, want in zip(reused[m], direct[m], strict=True):
+                assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12)
+
+
 def test_held_out_feasible_but_infeasible_rate_is_low(store: TrialStore) -> None:
     trials = store.list_trials()
     slos = [parse_slo(s) for s in SLOS]
