@@ -11,8 +11,9 @@ prompts of exact token lengths round-trip and no hub is ever contacted.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,18 +188,23 @@ def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any]
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
     # Beside the config (engines that read the tokenizer from the model directory) and alone in
     # tokenizer_dir() (engines pointed at it; see there why).
+    vocab_size = int(config["vocab_size"])
+    # Serialised at most once for both places (the vocabulary is large: 128k words).
+    text = functools.cache(lambda: json.dumps(_tokenizer_json(vocab_size)))
     for where in (directory, tokenizer_dir(directory)):
-        _write_tokenizer(where, int(config["vocab_size"]), int(config["max_position_embeddings"]))
+        _write_tokenizer(where, vocab_size, int(config["max_position_embeddings"]), text)
     return directory
 
 
-def _write_tokenizer(directory: Path, vocab_size: int, max_length: int) -> None:
+def _write_tokenizer(directory: Path, vocab_size: int, max_length: int,
+                     text: Callable[[], str]) -> None:
+    """The tokenizer files in ``directory``; ``tokenizer.json`` (``text()``) only where it is
+    missing or was written for another layout or vocabulary size."""
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer, mark = directory / "tokenizer.json", directory / _TOKENIZER_MARK
     written = {"layout": TOKENIZER_LAYOUT, "vocab_size": vocab_size}
-    # The vocabulary is large (128k words): written once per directory and layout.
     if not tokenizer.exists() or _read_mark(mark) != written:
-        atomic_write_text(tokenizer, json.dumps(_tokenizer_json(vocab_size)))
+        atomic_write_text(tokenizer, text())
         atomic_write_text(mark, json.dumps(written))
     atomic_write_text(directory / "tokenizer_config.json", json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
