@@ -16,8 +16,9 @@
 #   full-context fixed 2,040-token prompts and 512 output tokens, 240 requests at 30 req/s: under
 #                the old tokenizer vLLM's bound refuses every one of them (computed from the
 #                check above: 14,484-14,631 characters against 14,336).
-# Not yet run: no device was lent on 2026-12-04 after it was written. Run through the device
-# tool on nvidia-h200, carrying .vllm-h200 and .whl (h200_env.sh):
+# Written on 2026-12-04 (no device was lent that day), run on 2026-12-05: every request of both
+# streams served (docs/benchmarks/h200-char-bound-2026-12-05/). Run through the device tool on
+# nvidia-h200, carrying .vllm-h200 and .whl (h200_env.sh):
 #
 #   bash scripts/device/h200_char_bound_2026_12_04.sh > $OUT/log-char-bound.txt 2>&1
 #
