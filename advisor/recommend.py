@@ -797,7 +797,7 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     # The engine default is always a candidate ("keep the defaults" is an answer), first.
     default = _default_as_measured(space.default_config(), ctx)
     measured = list({_config_key(c): c for c in [default, *ctx.configs]}.values())
-    pred = ctx.predict(measured, features, needed)
+    pred = measured_pred = ctx.predict(measured, features, needed)
     order = _rank(pred, slo, objective, len(measured), headroom)
     seeds = [measured[i] for i in order[:8]]
     extra = _candidates(ctx, space, seeds, MAX_CANDIDATES - len(measured))
@@ -845,12 +845,14 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
         launch = engine.launch_command(config, Workload.from_spec(workload_spec))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
+    # The default is the first measured config: its predictions are the first row of those.
+    default_pred = {m: (v[:1], lo[:1], hi[:1]) for m, (v, lo, hi) in measured_pred.items()}
     answer = _model_versus_default(store, ctx, engine, ModelRecommendation(
         status="recommended", confidence=confidence, confidence_reason=reason, config=config,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
             slo, pred, best, headroom), evidence=tuple(evidence), launch_command=launch,
-        notes=tuple(notes), **base), features=features, nearest=nearest, needed=needed,
-        distance=distance, inside=inside)
+        notes=tuple(notes), **base), default=default, default_pred=default_pred,
+        features=features, nearest=nearest, needed=needed, distance=distance, inside=inside)
     # The notes on the load curve of the config answered (the default's, when it is kept).
     return replace(answer, notes=(*answer.notes,
                                   *_curve_notes(ctx, answer.config or {}, features)))
@@ -951,16 +953,19 @@ def _without_predicted_failures(store: TrialStore, ctx: ContextModels,
 
 
 def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
-                          rec: ModelRecommendation, *, features: Mapping[str, float],
+                          rec: ModelRecommendation, *, default: dict[str, Any],
+                          default_pred: Predictions, features: Mapping[str, float],
                           nearest: WorkloadPoint, needed: list[str], distance: float,
                           inside: bool) -> ModelRecommendation:
-    """``rec`` compared with the engine default at the same workload, by the same models
-    (advisor/baseline.py). The default must meet the SLO as any candidate must (its conservative
-    bound), and where it was measured at this workload its measured mean must meet it too. When
-    it does and ``rec``'s config is not better beyond the noise, the answer is the default."""
-    default = _default_as_measured(_space(rec.target).default_config(), ctx)
+    """``rec`` compared with the engine ``default`` (as the context stores it) at the same
+    workload, by the same models (advisor/baseline.py): ``default_pred`` is its one-row
+    prediction of the ``needed`` metrics there, made with the other candidates' (one pass of
+    the models less per answer). The default must meet the SLO as any candidate must (its
+    conservative bound), and where it was measured at this workload its measured mean must meet
+    it too. When it does and ``rec``'s config is not better beyond the noise, the answer is the
+    default."""
     slo, objective = rec.slo, rec.objective
-    pred = ctx.predict([default], features, needed)
+    pred = default_pred
     conservative = _conservative_margins(slo, pred, 0, rec.quality_headroom)
     key = _config_key(default)
     rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key

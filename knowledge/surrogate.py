@@ -582,6 +582,124 @@ def _repeat_sd(X: np.ndarray, y: np.ndarray) -> float:
     return math.sqrt(squares / dof) if dof else 0.0
 
 
+def _member_layout(member: Any) -> tuple[Any, ...]:
+    """What members must share to be predicted as one array operation: the cost law (its
+    basis columns) and the ridge part's number of columns; ``("single",)`` for a member
+    predicted alone (a ridge pickled before the clip bounds)."""
+    base, _, *cost = member
+    law = id(cost[0].law) if cost and cost[0] is not None else None
+    if base is None:
+        return ("trees", law)
+    if getattr(base, "lo_", None) is None or getattr(base, "hi_", None) is None:
+        return ("single",)
+    return ("ridge", law, len(base.mean_))
+
+
+def _costs_predict(costs: Sequence[WorkCost], X: np.ndarray) -> np.ndarray:
+    """``cost.predict(X)`` of each of ``costs`` (one law, each its own unit costs), shape
+    ``(costs, rows)``: the law's basis is computed once."""
+    basis = costs[0].basis(X)
+    # One product per member (as WorkCost.predict does): the column feeds the trees' splits in
+    # float32, so it is kept bit-equal to the one-member computation.
+    time = np.stack([basis @ c.coef_ for c in costs])
+    with np.errstate(divide="ignore"):
+        z = np.log(np.maximum(time, 0.0))
+    lo = np.asarray([c.lo_ for c in costs])[:, None]
+    hi = np.asarray([c.hi_ for c in costs])[:, None]
+    out: np.ndarray = np.clip(-z if costs[0].law.rate else z, lo, hi)
+    return out
+
+
+#: A column's largest term in the shared matrix products of :func:`_linear_bases_predict`
+#: beyond which it is computed on its own (a bootstrap sample that saw one value of a knob has
+#: a std of ~1e-16 there: its terms would cancel at ~1e15 and lose every digit).
+_AFFINE_TERM_LIMIT = 1e4
+
+
+def _linear_bases_predict(bases: Sequence[_LinearBase], X: np.ndarray,
+                          extra: np.ndarray | None = None) -> np.ndarray:
+    """``bases[m].predict(X with column extra[m] appended)`` for ridges with the same columns,
+    shape ``(bases, rows)`` (``extra``: a cost law's column per member, or None).
+
+    Each ridge predicts ``design @ coef`` with the design of :meth:`_LinearBase._design`:
+    standardised features ``Z = clip((X - mean) / std, lo, hi)`` (0 where missing), the missing
+    indicators, and ``Z[:, slopes]`` times each 0/1 indicator column. Where a member clips
+    nothing, ``Z`` is affine in ``X``, so every member's product is one matrix product of the
+    shared ``X`` with per-member weights; a column a member may clip (some row outside its
+    bounds: its bootstrap sample's range widened by its width), or whose terms there would be
+    too large to cancel exactly, is computed for that member on its own, as the design does.
+    Equal to the one-member computation up to floating-point summation order."""
+    n_members, (n, p) = len(bases), X.shape
+    d = len(bases[0].mean_)
+    mean, std = np.stack([b.mean_ for b in bases]), np.stack([b.std_ for b in bases])
+    lo, hi = np.stack([b.lo_ for b in bases]), np.stack([b.hi_ for b in bases])
+    coef = np.stack([b.coef_[:2 * d] for b in bases])
+    weight, missing_weight = coef[:, :d], coef[:, d:2 * d]
+    # Each member's 0/1 columns and their slopes (bootstrap samples differ in which they
+    # fit), in one layout: the union of both, a member's coefficients 0 outside its own.
+    indicators = sorted({k for b in bases for k in getattr(b, "indicators_", [])})
+    slopes = sorted({j for b in bases if getattr(b, "indicators_", [])
+                     for j in getattr(b, "slopes_", [])})
+    slope_of = {col: j for j, col in enumerate(slopes)}
+    per = np.zeros((n_members, len(indicators), len(slopes)))
+    for m, b in enumerate(bases):
+        own_k: list[int] = list(getattr(b, "indicators_", []))
+        if own_k:
+            own_j = list(b.slopes_)
+            per[m][np.ix_([indicators.index(k) for k in own_k],
+                          [slope_of[j] for j in own_j])] = \
+                b.coef_[2 * d:].reshape(len(own_k), len(own_j))
+    ind = np.nan_to_num(X[:, indicators])  # 0/1 columns: never the appended one
+    missing = np.isnan(X)
+    inv = 1.0 / std[:, :p]
+    # Columns shifted by one reference (the members' mean) so that the products stay small.
+    ref = mean[:, :p].mean(axis=0)
+    shifted, centre = X - ref, mean[:, :p] - ref
+    X0, present = np.where(missing, 0.0, shifted), (~missing).astype(float)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanmin(shifted, axis=0), np.nanmax(shifted, axis=0)
+        size = np.nan_to_num(np.nanmax(np.abs(shifted), axis=0))
+    along = np.abs(weight[:, :p]).copy()  # everything a column's Z is multiplied by, bounded
+    for col, j in slope_of.items():
+        if col < p:
+            along[:, col] += np.abs(per[:, :, j]).sum(axis=1)
+    alone = (((low[None, :] - centre) * inv < lo[:, :p])
+             | ((high[None, :] - centre) * inv > hi[:, :p])
+             | ((size[None, :] + np.abs(centre)) * inv * along > _AFFINE_TERM_LIMIT))
+    scaled = np.where(alone, 0.0, inv)
+    # Unclipped: Z @ weight = X0 @ (weight / std) - present @ (weight * centre / std).
+    out: np.ndarray = (X0 @ (weight[:, :p] * scaled).T
+                       - present @ (weight[:, :p] * centre * scaled).T
+                       + missing.astype(float) @ missing_weight[:, :p].T
+                       + np.asarray([b.intercept_ for b in bases])[None, :]).T
+    shared = [j for j, col in enumerate(slopes) if col < p]
+    cols = [slopes[j] for j in shared]
+    for k in range(len(indicators)):
+        w = per[:, k, shared] * scaled[:, cols]
+        out += ((ind[:, [k]] * X0[:, cols]) @ w.T
+                - (ind[:, [k]] * present[:, cols]) @ (w * centre[:, cols]).T).T
+    ms, cs = np.nonzero(alone)  # every (member, column) computed on its own, at once
+    if len(ms):
+        z = np.nan_to_num(np.clip((X[:, cs] - mean[ms, cs]) / std[ms, cs], lo[ms, cs],
+                                  hi[ms, cs]))
+        factor = np.broadcast_to(weight[ms, cs], z.shape).copy()
+        sloped = np.asarray([c in slope_of for c in cs.tolist()])
+        if sloped.any():
+            at = np.asarray([slope_of[c] for c in cs[sloped].tolist()])
+            factor[:, sloped] += ind @ per[ms[sloped], :, at].T
+        owner = np.zeros((len(ms), n_members))
+        owner[np.arange(len(ms)), ms] = 1.0
+        out += ((z * factor) @ owner).T
+    if extra is not None:  # the appended column, one per member, never missing
+        z = np.clip((extra - mean[:, [p]]) / std[:, [p]], lo[:, [p]], hi[:, [p]])
+        factor = np.repeat(weight[:, [p]], n, axis=1)
+        if p in slope_of:
+            factor += per[:, :, slope_of[p]] @ ind.T
+        out += z * factor
+    return out
+
+
 def _with_cost(X: np.ndarray, cost: WorkCost | None) -> np.ndarray:
     """``X`` with the cost law's prediction as one more column (unchanged without a law)."""
     return X if cost is None else np.hstack([X, cost.predict(X)[:, None]])
@@ -726,7 +844,7 @@ class IntervalRegressor:
         """Mean relative error, on the metric's own scale, of the out-of-bag prediction of every
         row that at least two of ``members`` never saw: the held-out score's measure (the
         metrics with a cost law are fitted in log space), on the training data alone."""
-        per_tree = np.stack([self._member_predict(m, X) for m in members])
+        per_tree = self._members_predict(members, X)
         oob = ~in_bag
         seen = oob.sum(axis=0)
         usable = seen >= 2
@@ -745,6 +863,36 @@ class IntervalRegressor:
         out: np.ndarray = tree.tree_.predict(X32).reshape(len(X))
         return out + base.predict(X) if base is not None else out
 
+    @classmethod
+    def _members_predict(cls, members: Sequence[Any], X: np.ndarray) -> np.ndarray:
+        """Every member's prediction of every row, shape ``(members, rows)``: what
+        :meth:`_member_predict` gives one member at a time, with the members that share a
+        layout (cost law, ridge columns) computed as one array operation. A forest has 48
+        members and an answer predicts each metric for a few hundred configs several times:
+        one member at a time, the ridges' elementwise work (and numpy's overhead per call)
+        was most of an answer's time.
+        Equal to the one-at-a-time result up to floating-point summation order."""
+        out = np.empty((len(members), len(X)))
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, member in enumerate(members):
+            groups.setdefault(_member_layout(member), []).append(i)
+        for layout, rows in groups.items():
+            if layout[0] == "single":
+                for i in rows:
+                    out[i] = cls._member_predict(members[i], X)
+                continue
+            group = [members[i] for i in rows]
+            column = None if layout[1] is None else _costs_predict([m[2] for m in group], X)
+            X32 = np.ascontiguousarray(X, dtype=np.float32)
+            for j, member in enumerate(group):
+                if column is not None:
+                    X32 = np.ascontiguousarray(np.hstack([X, column[j][:, None]]),
+                                               dtype=np.float32)
+                out[rows[j]] = member[1].tree_.predict(X32).reshape(len(X))
+            if group[0][0] is not None:
+                out[rows] += _linear_bases_predict([m[0] for m in group], X, column)
+        return out
+
     def _fit_raw(self, X: np.ndarray, y: np.ndarray) -> Any:
         est = self._make()
         if self.family == "hgb-quantile":
@@ -757,7 +905,7 @@ class IntervalRegressor:
     def _predict_raw(self, est: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(centre, raw half-width > 0)."""
         if self.family in ("forest", "linear-forest"):
-            per_tree = np.stack([self._member_predict(m, X) for m in est])
+            per_tree = self._members_predict(est, X)
             centre = per_tree.mean(axis=0)
             spread = per_tree.std(axis=0)
         elif self.family == "hgb-quantile":
@@ -811,7 +959,7 @@ class IntervalRegressor:
                        in_bag: np.ndarray, g: np.ndarray) -> float:
         """Normalised residuals against the members that never saw a config, one per config
         (its worst row): rows of one config are not independent evidence."""
-        per_tree = np.stack([self._member_predict(m, X) for m in trees])
+        per_tree = self._members_predict(trees, X)
         worst: dict[str, float] = {}
         for i in range(len(y)):
             oob = ~in_bag[:, i]

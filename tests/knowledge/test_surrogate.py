@@ -247,6 +247,74 @@ def test_linear_forest_fits_a_power_law_per_category() -> None:
     assert float(np.mean(np.abs(reg.predict(Xt) - yt))) < 0.1
 
 
+def _members_surface(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The family surface plus a knob only category 0 has (missing elsewhere) and a column at
+    one value but in a few rows (bootstrap samples see it with a spread of ~1e-16 or none)."""
+    X, y = _family_surface(n, seed)
+    rng = np.random.default_rng(seed + 100)
+    knob = np.where(X[:, 3] == 1.0, rng.uniform(1, 4, n), np.nan)
+    near = np.full(n, 5.0)
+    near[:3] = 5.0 + 1e-13
+    return np.column_stack([X, knob, near]), y + 0.3 * np.nan_to_num(knob)
+
+
+@pytest.mark.parametrize("family", ["linear-forest", "forest"])
+@pytest.mark.parametrize("law", [False, True])
+def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool) -> None:
+    """An answer predicts every member on a few hundred configs at once; the result must be
+    each member's own prediction, also where members clip a far value to their range, have
+    0/1 columns with slopes of their own (different ones per bootstrap sample), see a knob
+    missing, or a column of (almost) one value."""
+    from knowledge.surrogate import _member_layout
+    from knowledge.work_cost import CostLaw
+
+    X, y = _members_surface(150, 0)
+    reg = IntervalRegressor(family=family, cost_law=CostLaw(terms=(0, 1)) if law else None,
+                            n_trees=24).fit(X, y)
+    if family == "linear-forest":
+        assert any(m[0].indicators_ for m in reg.estimator_)
+    if law:
+        assert all(m[2] is not None for m in reg.estimator_)
+    Xt, _ = _members_surface(80, 1)
+    far = Xt.copy()
+    far[:, 0] = far[:, 0] * 4 - 6  # outside every member's range on both sides: clipped
+    far[:20, 5] = 7.0  # the one-valued column away from its value
+    assert len({_member_layout(m) for m in reg.estimator_}) == 1  # one array operation
+    for rows in (X, Xt, far):
+        one_at_a_time = np.stack([reg._member_predict(m, rows) for m in reg.estimator_])
+        together = reg._members_predict(reg.estimator_, rows)
+        np.testing.assert_allclose(together, one_at_a_time, rtol=0, atol=1e-9)
+
+
+def test_ridges_of_different_layouts_predicted_together_equal_their_own() -> None:
+    """Bootstrap samples differ in which 0/1 columns get slopes of their own, and a sample that
+    saw one value of a column has a spread of ~1e-16 there (rounding): the shared products must
+    still give each ridge's own prediction, digit for digit up to summation order."""
+    from knowledge.surrogate import _linear_bases_predict, _LinearBase
+
+    X, y = _family_surface(120, 0)
+    level = np.where(np.arange(120) % 3 == 0, 1.7, 0.7)
+    X = np.column_stack([X, level])
+    y = y + level
+    few = X.copy()  # category 1 at a handful of distinct rows: no slopes of its own
+    few[few[:, 2] == 1.0, 0] = 1.0
+    few[few[:, 2] == 1.0, 1] = np.round(few[few[:, 2] == 1.0, 1])
+    one_level = X[:, 4] == 0.7  # the level column at one value: std 2.2e-16, not 0
+    bases = [_LinearBase().fit(few, y, np.ones(120)),
+             _LinearBase().fit(X, y, np.ones(120)),
+             _LinearBase().fit(X[one_level], y[one_level], np.ones(int(one_level.sum())))]
+    assert bases[0].indicators_ == [] and bases[1].indicators_ == [2, 3]
+    assert 0 < bases[2].std_[4] < 1e-12
+    Xt, _ = _family_surface(60, 1)
+    Xt[:5, 0] = 40.0  # far outside every range: clipped
+    Xt[5:8, 1] = np.nan
+    for level in (np.where(np.arange(60) % 2 == 0, 0.7, 1.7), np.full(60, 0.7)):
+        rows = np.column_stack([Xt, level])
+        together = _linear_bases_predict(bases, rows)
+        for m, base in enumerate(bases):
+            np.testing.assert_allclose(together[m], base.predict(rows), rtol=0, atol=1e-9)
+
+
 def test_linear_base_does_not_explode_on_a_column_seen_at_one_value() -> None:
     from knowledge.surrogate import _LinearBase
 
