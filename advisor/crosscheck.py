@@ -368,7 +368,7 @@ def _run(plan: CrosscheckPlan, target: ServingTarget, harness: ReferenceHarness 
         one = _measure_advisor(target, running, served, label, rate, round_, slo)
         one.at_s = time.perf_counter() - started
         if recorder is not None:
-            one.trial_id = (recorder.record(one, running, workloads[rate_index], served)
+            one.trial_id = (recorder.record(one, running, workloads[rate_index])
                             if one.error is None
                             else recorder.record_failure(one, running, workloads[rate_index]))
         report.measured.append(one)
@@ -611,8 +611,7 @@ class _Recorder:
             duration_s=0.0, details=self._details(one, endpoint))
         return stored.id or 0
 
-    def record(self, one: Measured, endpoint: _Endpoint, workload: Workload,
-               served: ServingWorkload) -> int:
+    def record(self, one: Measured, endpoint: _Endpoint, workload: Workload) -> int:
         details = self._details(one, endpoint)
         measurement = self.target.apply_slo(
             Measurement(metrics=dict(one.metrics), engine_versions=self.target.engine_versions(),
