@@ -599,15 +599,9 @@ def _costs_predict(costs: Sequence[WorkCost], X: np.ndarray) -> np.ndarray:
     """``cost.predict(X)`` of each of ``costs`` (one law, each its own unit costs), shape
     ``(costs, rows)``: the law's basis is computed once."""
     basis = costs[0].basis(X)
-    # One product per member (as WorkCost.predict does): the column feeds the trees' splits in
-    # float32, so it is kept bit-equal to the one-member computation.
-    time = np.stack([basis @ c.coef_ for c in costs])
-    with np.errstate(divide="ignore"):
-        z = np.log(np.maximum(time, 0.0))
-    lo = np.asarray([c.lo_ for c in costs])[:, None]
-    hi = np.asarray([c.hi_ for c in costs])[:, None]
-    out: np.ndarray = np.clip(-z if costs[0].law.rate else z, lo, hi)
-    return out
+    # Each member's own WorkCost.predict from the shared basis: the column feeds the trees'
+    # splits in float32, so it stays bit-equal to the one-member computation.
+    return np.stack([c.predict_basis(basis) for c in costs])
 
 
 #: A column's largest term in the shared matrix products of :func:`_linear_bases_predict`
@@ -883,12 +877,11 @@ class IntervalRegressor:
                 continue
             group = [members[i] for i in rows]
             column = None if layout[1] is None else _costs_predict([m[2] for m in group], X)
-            X32 = np.ascontiguousarray(X, dtype=np.float32)
+            X32 = np.ascontiguousarray(X, dtype=np.float32) if column is None else None
             for j, member in enumerate(group):
-                if column is not None:
-                    X32 = np.ascontiguousarray(np.hstack([X, column[j][:, None]]),
-                                               dtype=np.float32)
-                out[rows[j]] = member[1].tree_.predict(X32).reshape(len(X))
+                own = X32 if column is None else np.ascontiguousarray(
+                    np.hstack([X, column[j][:, None]]), dtype=np.float32)
+                out[rows[j]] = member[1].tree_.predict(own).reshape(len(X))
             if group[0][0] is not None:
                 out[rows] += _linear_bases_predict([m[0] for m in group], X, column)
         return out

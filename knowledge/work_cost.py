@@ -103,9 +103,14 @@ class WorkCost:
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.predict_basis(self.basis(X))
+
+    def predict_basis(self, basis: np.ndarray) -> np.ndarray:
+        """:meth:`predict` from the rows' :meth:`basis`, which depends on the law alone: the
+        members of a forest that share a law compute it once."""
         if not hasattr(self, "coef_"):
             raise RuntimeError("WorkCost is not fitted; call fit() first")
-        time = self.basis(X) @ self.coef_
+        time = basis @ self.coef_
         # A row whose every stage got a zero cost has no time of its own: log 0, clipped to
         # the range's edge.
         with np.errstate(divide="ignore"):
