@@ -25,8 +25,11 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
     name = f"fdrift{uuid.uuid4().hex[:6]}"
 
     def run(n_base: int) -> dict[str, Any]:
-        # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 4x corpus is a
-        # regression no noise explains.
+        # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 20x corpus is a
+        # regression no noise explains. A move counts only past 4x (min_change 3): on a shared
+        # 2-core CI machine the other test worker's load slowed an identical rerun of the small
+        # corpus past the 1.5x this once allowed, so contention stays well under the bar and
+        # the heavy corpus well over it.
         cell = {"target": "faiss", "workloads": ["synthetic-1m"],
                 "workload_params": {"n_base": n_base, "n_queries": 100, "dim": 64,
                                     "n_clusters": 32},
@@ -34,7 +37,7 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
                           "batch_size": 1, "threads": 1},
                 "slo_tiers": {"any": "p95_latency_ms<=1000,recall_at_10>=0.5"}}
         path = sweep_file(tmp_path, name, [cell], trials=1, repeats=3, workers=1,
-                          drift={"noise_factor": 3, "min_change": 0.5})
+                          drift={"noise_factor": 3, "min_change": 3.0})
         result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
         summary = summary_of(result)
         assert result.returncode == summary["exit_code"], result.stderr
@@ -44,11 +47,11 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
     quiet = run(20_000)
     assert quiet["cells"][0]["drift"]["status"] in ("steady", "improved"), quiet["cells"][0]
     assert quiet["exit_code"] == 0
-    heavy = run(80_000)
+    heavy = run(400_000)
     drift = heavy["cells"][0]["drift"]
     assert heavy["exit_code"] == 3 and drift["status"] == "regressed", drift
     p95 = next(m for m in drift["metrics"] if m["metric"] == "p95_latency_ms")
-    assert p95["verdict"] == "regressed" and p95["change"] > 1.0
+    assert p95["verdict"] == "regressed" and p95["change"] > 3.0, p95
 
 
 # the shipped nightly matrix ------------------------------------------------------------------
