@@ -266,6 +266,23 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def _held(path: Path) -> bool:
+    """Whether another process holds the :func:`_file_lock` on ``path`` now."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the probe's own shared lock, if it got one
+    return False
+
+
 class ModelCache:
     """Fitted models for one store, in memory and on disk, refitted when the store changes.
 
@@ -275,7 +292,8 @@ class ModelCache:
     there: a second fresh store, say a PostgreSQL one beside the SQLite default, loads instead of
     fitting again (the shipped knowledge takes over a minute to fit on 2 cores). Processes that
     need the same shared fit at once take turns on a lock file beside it: one fits, the others
-    load its result.
+    load its result. A cache of one target takes its contexts out of such a fit of every
+    target when there is one, or when another process is making one (it waits for it).
 
     Thread-safe: concurrent requests share one fit.
     """
@@ -306,13 +324,15 @@ class ModelCache:
             shared = self._shared_path()
             if shared is None:
                 return self._refit_locked(None)
-            models = self._adopt_shared(shared, current)
+            models = self._adopt_shared(shared, current) or self._adopt_whole(shared, current)
             if models is not None:
                 return models
             # Another process on the same content may be fitting it now: wait for its fit
             # rather than fitting the same trials twice on the same cores.
             with _file_lock(shared.with_suffix(".lock")):
-                return self._adopt_shared(shared, current) or self._refit_locked(shared)
+                return (self._adopt_shared(shared, current)
+                        or self._adopt_whole(shared, current, wait=True)
+                        or self._refit_locked(shared))
 
     def peek(self) -> KnowledgeModels | None:
         """Current models from memory or disk, or None (never fits)."""
@@ -348,6 +368,35 @@ class ModelCache:
             return None
         self._models = models
         self._save(models, self.path)
+        return models
+
+    def _adopt_whole(self, shared: Path, current: DataKey, *,
+                     wait: bool = False) -> KnowledgeModels | None:
+        """For a cache of one target: its contexts out of the shared fit of every target on the
+        same content, when that fit is there (a served store fits every target) or, with
+        ``wait``, is being made by another process right now (then this waits for it rather
+        than fitting a part of the same trials beside it). Contexts are fitted independently,
+        so they are the models a fit of this target alone makes."""
+        content = content_key(self.store) if self.target is not None else None
+        if content is None or self.shared_dir is None:
+            return None
+        whole_path = shared_cache_path(self.shared_dir, content, self.family)
+        whole = KnowledgeModels.load(whole_path)
+        if (whole is None or whole.data != current) and wait:
+            if _held(whole_path.with_suffix(".lock")):
+                with _file_lock(whole_path.with_suffix(".lock")):
+                    whole = KnowledgeModels.load(whole_path)
+            else:  # that fit may have ended between the two looks
+                whole = KnowledgeModels.load(whole_path)
+        if whole is None or whole.data != current:
+            return None
+        models = KnowledgeModels(
+            whole.data, whole.family,
+            {k: c for k, c in whole.contexts.items() if k.target == self.target},
+            fitted_at=whole.fitted_at, fit_seconds=whole.fit_seconds)
+        self._models = models
+        self._save(models, self.path)
+        self._save(models, shared)
         return models
 
     def _refit_locked(self, shared: Path | None) -> KnowledgeModels:

@@ -37,16 +37,17 @@ def random_config(rng: random.Random) -> dict[str, Any]:
 
 def populate(store: TrialStore, *, n_configs: int = 40, sizes: tuple[int, ...] = (1000, 2000,
              4000), repeats: int = 2, noise: float = 0.04, seed: int = 0,
-             hardware: str = HARDWARE, study_prefix: str = "syn") -> list[TrialRecord]:
+             hardware: str = HARDWARE, study_prefix: str = "syn",
+             target: str = "scripted") -> list[TrialRecord]:
     """``n_configs`` random configs measured ``repeats`` times at each corpus size, with
-    multiplicative log-normal noise of ``noise``."""
+    multiplicative log-normal noise of ``noise``, as trials of ``target``."""
     rng = random.Random(seed)
     configs = [random_config(rng) for _ in range(n_configs)]
     out: list[TrialRecord] = []
     for size in sizes:
-        wl = Workload("scripted", f"scripted-{size}", {"n_base": size, "dim": 64})
+        wl = Workload(target, f"{target}-{size}", {"n_base": size, "dim": 64})
         study = store.create_study(StudyRecord(
-            name=f"{study_prefix}-{size}", target="scripted", slo="p95_latency_ms<=1",
+            name=f"{study_prefix}-{size}", target=target, slo="p95_latency_ms<=1",
             objective_metric="qps", objective_direction="maximize", workload_spec=wl.spec,
             workload_hash=wl.spec_hash, sampler="random", n_trials=n_configs * repeats,
             hardware_key=hardware, advisor_version="test"))
@@ -54,16 +55,16 @@ def populate(store: TrialStore, *, n_configs: int = 40, sizes: tuple[int, ...] =
         for config in configs:
             for _ in range(repeats):
                 t = store.start_trial(TrialRecord(
-                    study_id=study.id or 0, number=number, target="scripted", config=config,
+                    study_id=study.id or 0, number=number, target=target, config=config,
                     config_hash=hashlib.sha256(canonical_json(config).encode()).hexdigest()[:16],
                     workload_spec=wl.spec,
                     workload_hash=wl.spec_hash, hardware={"key": hardware},
-                    hardware_key=hardware, engine_versions={"scripted": "1.0"},
+                    hardware_key=hardware, engine_versions={target: "1.0"},
                     advisor_version="test"))
                 metrics = {m: v * math.exp(rng.gauss(0, noise)) if m != "recall_at_10" else v
                            for m, v in truth(config, size).items()}
                 out.append(store.complete_trial(
-                    t.id or 0, metrics=metrics, engine_versions={"scripted": "1.0"},
+                    t.id or 0, metrics=metrics, engine_versions={target: "1.0"},
                     details={}, margins=[], feasible=None, objective_value=metrics["qps"],
                     duration_s=0.01))
                 number += 1

@@ -190,6 +190,91 @@ def test_fresh_stores_fitting_at_once_fit_the_shared_content_once(
     assert results[0].fitted_at == results[1].fitted_at
 
 
+def _two_target_stores(tmp_path: Path, n: int) -> list[TrialStore]:
+    """``n`` fresh stores holding the same imported trials of two targets."""
+    from knowledge.transfer import export_jsonl, import_file
+
+    source = TrialStore(f"sqlite:///{tmp_path / 'two-targets.db'}")
+    populate(source, n_configs=10, sizes=(1000, 4000), repeats=2, seed=11, study_prefix="a")
+    populate(source, n_configs=10, sizes=(1000, 4000), repeats=2, seed=12, study_prefix="b",
+             target="other")
+    data = tmp_path / "two-targets.jsonl"
+    with data.open("w") as f:
+        export_jsonl(source, f)
+    source.close()
+    stores = [TrialStore(f"sqlite:///{tmp_path / f'fresh{i}.db'}") for i in range(n)]
+    for store in stores:
+        import_file(store, data)
+    return stores
+
+
+def test_a_target_cache_takes_its_contexts_from_the_fit_of_every_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served store fits every target; a later one-target command on the same content (a
+    fresh store of the same imports) takes its contexts out of that fit instead of fitting
+    them again, and they answer exactly as a fit of that target alone does."""
+    stores = _two_target_stores(tmp_path, 2)
+    shared = tmp_path / "shared"
+    whole = ModelCache(stores[0], tmp_path / "c0", shared_dir=shared).get()
+    assert {k.target for k in whole.contexts} == {"scripted", "other"}
+
+    def no_fit(*args: object, **kwargs: object) -> KnowledgeModels:
+        raise AssertionError("fitted a target although every target was fitted on this content")
+
+    monkeypatch.setattr(KnowledgeModels, "fit", no_fit)
+    part = ModelCache(stores[1], tmp_path / "c1", shared_dir=shared, target="other").get()
+    assert set(part.contexts) == {k for k in whole.contexts if k.target == "other"}
+    assert part.data == whole.data == data_key(stores[1])
+    # Kept as that target's own shared fit: the next one loads it without the others.
+    again = ModelCache(stores[1], tmp_path / "c2", shared_dir=shared, target="other").get()
+    assert set(again.contexts) == set(part.contexts)
+    monkeypatch.undo()
+    alone = KnowledgeModels.fit(stores[1], target="other")
+    assert set(alone.contexts) == set(part.contexts)
+    for key, ctx in alone.contexts.items():
+        mine = part.contexts[key]
+        workload = ctx.features[0]
+        got, want = mine.predict(ctx.configs, workload), ctx.predict(ctx.configs, workload)
+        assert set(got) == set(want)
+        for metric, (value, low, high) in want.items():
+            np.testing.assert_allclose(got[metric][0], value, rtol=1e-12)
+            np.testing.assert_allclose(got[metric][1], low, rtol=1e-12)
+            np.testing.assert_allclose(got[metric][2], high, rtol=1e-12)
+            assert mine.metrics[metric].score == ctx.metrics[metric].score
+
+
+def test_a_target_cache_waits_for_a_fit_of_every_target_under_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another process fits every target on the same content, a one-target cache waits
+    for that fit and takes its part, rather than fitting the same trials beside it."""
+    import threading
+    import time
+
+    stores = _two_target_stores(tmp_path, 2)
+    real_fit = KnowledgeModels.fit.__func__  # type: ignore[attr-defined]
+    fits: list[str | None] = []
+    started = threading.Event()
+
+    def slow_fit(cls: type[KnowledgeModels], *args: object, **kwargs: object) -> KnowledgeModels:
+        fits.append(kwargs.get("target"))  # type: ignore[arg-type]
+        started.set()
+        time.sleep(1.0)  # the one-target cache surely looks while this fit is under way
+        return real_fit(cls, *args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeModels, "fit", classmethod(slow_fit))
+    results: dict[str, KnowledgeModels] = {}
+    whole = threading.Thread(target=lambda: results.__setitem__("whole", ModelCache(
+        stores[0], tmp_path / "c0", shared_dir=tmp_path / "shared").get()))
+    whole.start()
+    assert started.wait(timeout=60)
+    results["part"] = ModelCache(stores[1], tmp_path / "c1", shared_dir=tmp_path / "shared",
+                                 target="scripted").get()
+    whole.join(timeout=120)
+    assert fits == [None], fits
+    assert results["part"].fitted_at == results["whole"].fitted_at
+    assert {k.target for k in results["part"].contexts} == {"scripted"}
+
+
 def test_search_work_features_follow_the_index_structure() -> None:
     from knowledge.surrogate import derived_features
 
