@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,15 +32,13 @@ METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
 TRIALS = "h200-vllm-between-2026-12-04.jsonl"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=Path, default=None,
-                        help=f"the held-out trials (default: the shipped {TRIALS})")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
+def score(trials: Path | None = None, *, quiet: bool = False) -> list[dict[str, Any]]:
+    """Per context and metric: MAPE, median APE and 90 % coverage of the curves fitted on the
+    shipped knowledge without ``trials`` (default: the shipped between-rates study) predicting
+    them. Prints a line per row unless ``quiet``."""
     shipped = shipped_store()
     held_store = temp_store("held.db")
-    import_file(held_store, args.trials or shipped_file(TRIALS))
+    import_file(held_store, trials or shipped_file(TRIALS))
     done = TrialFilter(target="vllm", status=TrialStatus.COMPLETE)
     held = [t for t in held_store.list_trials(done) if t.metrics]
     held_uids = {t.uid for t in held}
@@ -66,8 +65,19 @@ def main() -> None:
                    "mape": float(np.mean(errors)), "median_ape": float(np.median(errors)),
                    "coverage": float(np.mean(inside))}
             report.append(row)
-            print(f"{row['context']:44} {metric:20} n={row['n']:3d}  MAPE {row['mape']:6.1%}"
-                  f"  median {row['median_ape']:6.1%}  coverage {row['coverage']:4.0%}")
+            if not quiet:
+                print(f"{row['context']:44} {metric:20} n={row['n']:3d}  MAPE {row['mape']:6.1%}"
+                      f"  median {row['median_ape']:6.1%}  coverage {row['coverage']:4.0%}")
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=Path, default=None,
+                        help=f"the held-out trials (default: the shipped {TRIALS})")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    report = score(args.trials)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 
