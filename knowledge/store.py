@@ -288,7 +288,7 @@ class TrialStore:
 
     def complete_trial(self, trial_id: int, *, metrics: Mapping[str, float],
                        engine_versions: Mapping[str, Any], details: Mapping[str, Any],
-                       margins: Sequence[SLOMarginRecord], feasible: bool,
+                       margins: Sequence[SLOMarginRecord], feasible: bool | None,
                        objective_value: float | None, duration_s: float,
                        status: str = TrialStatus.COMPLETE,
                        config: tuple[Mapping[str, Any], str] | None = None) -> TrialRecord:

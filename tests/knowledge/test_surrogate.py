@@ -175,7 +175,7 @@ def test_fresh_stores_fitting_at_once_fit_the_shared_content_once(
     def slow_fit(cls: type[KnowledgeModels], *args: object, **kwargs: object) -> KnowledgeModels:
         fits.append(time.monotonic())
         time.sleep(0.5)  # both caches are surely waiting on the shared file by now
-        return real_fit(cls, *args, **kwargs)  # type: ignore[no-any-return]
+        return real_fit(cls, *args, **kwargs)
 
     monkeypatch.setattr(KnowledgeModels, "fit", classmethod(slow_fit))
     results: list[KnowledgeModels] = []
