@@ -170,7 +170,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for cell in summary["cells"]:
         counts = cell["counts"]
         drift = cell.get("drift") or {}
-        moved = ", ".join(f"{m['metric']} {m['change']:+.0%} (±{m['threshold']:.0%})"
+        moved = ", ".join(f"{m['metric']} {m['change']:+.0%} (bar {1 + m['threshold']:.3g}x "
+                          "either way)"
                           for m in drift.get("metrics", []) if m["verdict"] != "steady")
         status = {"ok": "[green]ok[/green]"}.get(cell["status"], f"[red]{cell['status']}[/red]")
         best = cell.get("best") or {}

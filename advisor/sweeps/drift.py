@@ -6,6 +6,10 @@ config again as many times. Per metric (the objective and every SLO metric) the 
 mean counts only when it exceeds both ``noise_factor`` × the larger relative spread (coefficient
 of variation) seen in either run's repeats and ``min_change``. A change in the metric's bad
 direction is a regression, as is a config that met the SLO on average and no longer does.
+
+Moves are compared as factors, the same either way: a mean that halves has moved as far as one
+that doubles (by 1.0, i.e. 100 %). A relative change alone cannot fall below -100 %, so with a
+threshold of 1 or more a throughput drop (or a latency improvement) could never count.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from advisor.sweeps.spec import DriftPolicy
 
-__all__ = ["CellDrift", "MetricDrift", "compare_cell", "summarize_values"]
+__all__ = ["CellDrift", "MetricDrift", "compare_cell", "factor_change", "summarize_values"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class MetricDrift:
     previous_mean: float
     current_mean: float
     change: float  # relative: (current - previous) / |previous|
+    factor_change: float  # the move as a factor either way, less 1: max(c/p, p/c) - 1
     noise: float  # the larger coefficient of variation of the two runs' repeats
     threshold: float
     verdict: str  # "regressed", "improved" or "steady"
@@ -62,6 +67,16 @@ def summarize_values(values: Sequence[float]) -> dict[str, float]:
     return {"mean": mean, "cv": cv, "n": float(len(values))}
 
 
+def factor_change(previous: float, current: float) -> float:
+    """How far a mean moved, as a factor either way less 1 (``max(c/p, p/c) - 1``): 1.0 for a
+    doubling and for a halving alike. Where no factor exists (a mean of 0, or a change of sign)
+    the size of the relative change stands in for it."""
+    if previous == 0 or current == 0 or (previous > 0) != (current > 0):
+        return abs(current - previous) / abs(previous) if previous else 0.0
+    ratio = current / previous
+    return max(ratio, 1 / ratio) - 1
+
+
 def compare_cell(cell: str, *, config: Mapping[str, Any] | None,
                  previous: Mapping[str, Sequence[float]], current: Mapping[str, Sequence[float]],
                  worse_when: Mapping[str, str], slo_bounds: Sequence[tuple[str, str, float]],
@@ -82,13 +97,14 @@ def compare_cell(cell: str, *, config: Mapping[str, Any] | None,
             continue
         p, c = summarize_values(prev), summarize_values(cur)
         change = (c["mean"] - p["mean"]) / abs(p["mean"]) if p["mean"] else 0.0
+        moved = factor_change(p["mean"], c["mean"])
         noise = max(p["cv"], c["cv"])
         threshold = max(policy.noise_factor * noise, policy.min_change)
-        worse = change > threshold if direction == "higher" else change < -threshold
-        better = change < -threshold if direction == "higher" else change > threshold
+        up, down = moved > threshold and change > 0, moved > threshold and change < 0
+        worse, better = (up, down) if direction == "higher" else (down, up)
         drifts.append(MetricDrift(
             metric=metric, worse_when=direction, previous_mean=p["mean"], current_mean=c["mean"],
-            change=change, noise=noise, threshold=threshold,
+            change=change, factor_change=moved, noise=noise, threshold=threshold,
             verdict="regressed" if worse else "improved" if better else "steady",
             previous_n=len(prev), current_n=len(cur)))
     prev_met = _meets(previous, slo_bounds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.sweeps.drift import compare_cell, summarize_values
+from advisor.sweeps.drift import compare_cell, factor_change, summarize_values
 from advisor.sweeps.spec import DriftPolicy
 
 WORSE = {"qps": "lower", "p95_latency_ms": "higher"}
@@ -67,3 +67,31 @@ def test_an_slo_missed_now_is_a_regression_even_within_noise() -> None:
 def test_without_both_runs_there_is_no_baseline() -> None:
     assert verdict({}, {"qps": [1.0]}) == "no-baseline"
     assert verdict({"qps": [1.0]}, {}) == "no-baseline"
+
+
+def test_moves_are_factors_the_same_either_way() -> None:
+    assert factor_change(100.0, 50.0) == pytest.approx(1.0)
+    assert factor_change(50.0, 100.0) == pytest.approx(1.0)
+    assert factor_change(100.0, 100.0) == 0.0
+    assert factor_change(0.0, 5.0) == 0.0 and factor_change(2.0, -2.0) == pytest.approx(2.0)
+
+
+def test_a_throughput_drop_counts_past_a_bar_of_one_or_more() -> None:
+    # A bar of 3 (a move past 4x): a relative change cannot fall below -100 %, so a 20x drop of
+    # a maximized metric must be read as a factor to count at all.
+    bar = DriftPolicy(noise_factor=3, min_change=3.0)
+    prev = {"qps": [100.0] * 3, "p95_latency_ms": [0.5] * 3}
+    assert verdict(prev, {"qps": [5.0] * 3, "p95_latency_ms": [0.5] * 3}, bar) == "regressed"
+    assert verdict(prev, {"qps": [30.0] * 3, "p95_latency_ms": [0.5] * 3}, bar) == "steady"
+    faster = {"qps": [100.0] * 3, "p95_latency_ms": [0.025] * 3}  # latency 20x lower
+    assert verdict(prev, faster, bar) == "improved"
+
+
+def test_a_drop_and_a_rise_of_one_factor_get_one_verdict() -> None:
+    prev = {"qps": [100.0] * 3}
+    drop, rise = {"qps": [100 / 1.15] * 3}, {"qps": [115.0] * 3}  # 1.15x either way
+    assert verdict(prev, drop) == "regressed" and verdict(prev, rise) == "improved"
+    drift = compare_cell("c", config=None, previous=prev, current=drop, worse_when=WORSE,
+                         slo_bounds=[], policy=POLICY).metrics[0]
+    assert drift.factor_change == pytest.approx(0.15) and drift.change == pytest.approx(-0.1304,
+                                                                                       abs=1e-3)

@@ -52,6 +52,10 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
     assert heavy["exit_code"] == 3 and drift["status"] == "regressed", drift
     p95 = next(m for m in drift["metrics"] if m["metric"] == "p95_latency_ms")
     assert p95["verdict"] == "regressed" and p95["change"] > 3.0, p95
+    # The throughput drop counts too: moves are compared as factors, and as a relative change
+    # (never below -100 %) no drop could pass a bar of 1 or more.
+    qps = next(m for m in drift["metrics"] if m["metric"] == "qps")
+    assert qps["verdict"] == "regressed" and qps["factor_change"] > 3.0, qps
 
 
 # the shipped nightly matrix ------------------------------------------------------------------
