@@ -345,7 +345,8 @@ def _members_surface(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("family", ["linear-forest", "forest"])
 @pytest.mark.parametrize("law", [False, True])
-def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool) -> None:
+def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer predicts every member on a few hundred configs at once; the result must be
     each member's own prediction, also where members clip a far value to their range, have
     0/1 columns with slopes of their own (different ones per bootstrap sample), see a knob
@@ -353,6 +354,15 @@ def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool) 
     from knowledge.surrogate import _member_layout
     from knowledge.work_cost import CostLaw
 
+    if law:
+        # Members with the law must be there to be predicted: the pilot that chooses between
+        # law and plain members is told the law wins. On this surface their out-of-bag errors
+        # are within 2 % of each other for the linear forest, and which one wins differs between
+        # installs: a fresh one of 2026-12-05 (numpy 2.4.6, scipy 1.17.1, scikit-learn 1.9.1)
+        # dropped the law where CI's install before it had kept it.
+        monkeypatch.setattr(IntervalRegressor, "_oob_error",
+                            lambda self, X, y, members, in_bag:
+                            0.0 if members and members[0][2] is not None else 1.0)
     X, y = _members_surface(150, 0)
     reg = IntervalRegressor(family=family, cost_law=CostLaw(terms=(0, 1)) if law else None,
                             n_trees=24).fit(X, y)
