@@ -496,3 +496,32 @@ def test_instance_groups_join_a_sweep_with_its_instance_and_its_configs_repeats(
     assert g[0] == g[1] == g[3]
     assert len({g[0], g[2], g[4]}) == 3
     assert g[4] == g[5]
+
+
+def test_distinct_rows_counted_as_one_row_at_a_time_would() -> None:
+    """The vectorised count of distinct rows answers as the row-by-row count did: a row with a
+    NaN equals no other row, -0.0 equals 0.0, and no rows hold no distinct row."""
+    from knowledge.surrogate import _distinct_rows_at_least
+
+    def row_by_row(rows: np.ndarray, need: int) -> bool:
+        if len(rows) < need:
+            return False
+        seen: set[bytes] = set()
+        unequal = 0
+        for row in np.ascontiguousarray(rows):
+            if np.isnan(row).any():
+                unequal += 1
+            else:
+                seen.add((row + 0.0).tobytes())
+            if len(seen) + unequal >= need:
+                return True
+        return False
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        n, d = int(rng.integers(0, 30)), int(rng.integers(0, 4))
+        X = rng.integers(-2, 3, (n, d)).astype(float)
+        X[rng.random((n, d)) < 0.05] = np.nan
+        X[rng.random((n, d)) < 0.1] = -0.0
+        need = int(rng.integers(0, 35))
+        assert _distinct_rows_at_least(X, need) == row_by_row(X, need), (X, need)
