@@ -321,17 +321,19 @@ class ModelCache:
                 self._models = KnowledgeModels.load(self.path)
             if self._models is not None and (self._models.data == current or not refit):
                 return self._models
-            shared = self._shared_path()
-            if shared is None:
+            paths = self._shared_paths()
+            if paths is None:
                 return self._refit_locked(None)
-            models = self._adopt_shared(shared, current) or self._adopt_whole(shared, current)
+            shared, whole = paths
+            models = (self._adopt_shared(shared, current)
+                      or self._adopt_whole(whole, shared, current))
             if models is not None:
                 return models
             # Another process on the same content may be fitting it now: wait for its fit
             # rather than fitting the same trials twice on the same cores.
             with _file_lock(shared.with_suffix(".lock")):
                 return (self._adopt_shared(shared, current)
-                        or self._adopt_whole(shared, current, wait=True)
+                        or self._adopt_whole(whole, shared, current, wait=True)
                         or self._refit_locked(shared))
 
     def peek(self) -> KnowledgeModels | None:
@@ -355,11 +357,21 @@ class ModelCache:
             self._save(models, self._shared_path())
 
     def _shared_path(self) -> Path | None:
+        paths = self._shared_paths()
+        return None if paths is None else paths[0]
+
+    def _shared_paths(self) -> tuple[Path, Path | None] | None:
+        """This cache's shared fit and, for a cache of one target, the shared fit of every
+        target on the same content (one read of the store's content for both); None without
+        a shared directory or where the store holds more than its imports."""
         if self.shared_dir is None:
             return None
         content = content_key(self.store)
-        return (None if content is None
-                else shared_cache_path(self.shared_dir, content, self.family, self.target))
+        if content is None:
+            return None
+        whole = (None if self.target is None
+                 else shared_cache_path(self.shared_dir, content, self.family))
+        return shared_cache_path(self.shared_dir, content, self.family, self.target), whole
 
     def _adopt_shared(self, shared: Path, current: DataKey) -> KnowledgeModels | None:
         """The models at ``shared`` when they were fitted on ``current``, kept as this cache's."""
@@ -370,23 +382,22 @@ class ModelCache:
         self._save(models, self.path)
         return models
 
-    def _adopt_whole(self, shared: Path, current: DataKey, *,
+    def _adopt_whole(self, whole_path: Path | None, shared: Path, current: DataKey, *,
                      wait: bool = False) -> KnowledgeModels | None:
         """For a cache of one target: its contexts out of the shared fit of every target on the
-        same content, when that fit is there (a served store fits every target) or, with
-        ``wait``, is being made by another process right now (then this waits for it rather
-        than fitting a part of the same trials beside it). Contexts are fitted independently,
-        so they are the models a fit of this target alone makes."""
-        content = content_key(self.store) if self.target is not None else None
-        if content is None or self.shared_dir is None:
+        same content (``whole_path``, None for a cache of every target), when that fit is there
+        (a served store fits every target) or, with ``wait``, is being made by another process
+        right now (then this waits for it rather than fitting a part of the same trials beside
+        it). Contexts are fitted independently, so they are the models a fit of this target
+        alone makes. The part is kept here and as this target's ``shared`` fit."""
+        if whole_path is None:
             return None
-        whole_path = shared_cache_path(self.shared_dir, content, self.family)
         whole = KnowledgeModels.load(whole_path)
         if (whole is None or whole.data != current) and wait:
-            if _held(whole_path.with_suffix(".lock")):
-                with _file_lock(whole_path.with_suffix(".lock")):
-                    whole = KnowledgeModels.load(whole_path)
-            else:  # that fit may have ended between the two looks
+            # Look again: after that fit, when another process is making it now, else at once
+            # (it may have ended between the two looks).
+            lock = whole_path.with_suffix(".lock")
+            with _file_lock(lock) if _held(lock) else contextlib.nullcontext():
                 whole = KnowledgeModels.load(whole_path)
         if whole is None or whole.data != current:
             return None
