@@ -52,8 +52,6 @@ class _Mixture(tuple):
 @contextlib.contextmanager
 def averaged_onsets(temperature: float) -> Iterator[None]:
     """Within the block, latency curves of their own shape average over their queue onsets."""
-    from scipy.optimize import nnls
-
     fit, predict = load_curve._fit_latency, load_curve.ConfigCurve.predict
 
     def fit_averaged(rate: np.ndarray, y: np.ndarray, capacity: float, scales: Sequence[float],
@@ -61,17 +59,10 @@ def averaged_onsets(temperature: float) -> Iterator[None]:
         if shape is not None or len(scales) == 1:
             return fit(rate, y, capacity, scales, shape)
         fits = []
-        for scale in scales:
-            basis = load_curve._latency_basis(rate, capacity * scale)
-            colmax = np.where(basis.max(axis=0) > 0, basis.max(axis=0), 1.0)
-            try:
-                coef, _ = nnls(basis / colmax / y[:, None], np.ones(len(y)), maxiter=200)
-            except RuntimeError:
-                continue
-            coef = coef / colmax
-            fits.append((float(np.sum(((basis @ coef) / y - 1) ** 2)), scale, coef))
-        if not fits:
-            return fit(rate, y, capacity, scales, shape)
+        for onset in scales:  # the shipped fit at each onset, with its squared relative error
+            scale, coef = fit(rate, y, capacity, (onset,))
+            error = np.sum((load_curve._latency_basis(rate, capacity * scale) @ coef / y - 1) ** 2)
+            fits.append((float(error), scale, coef))
         least = min(f[0] for f in fits)
         weights = np.asarray([math.exp(-(f[0] - least) / (2 * temperature)) for f in fits])
         weights /= weights.sum()
