@@ -21,13 +21,21 @@ Three tests, each against what the shipped models answer on the same trials:
   its trials; the class's other configs fit the batch model, which simulates the held-out
   config's own batch limits. Against the load curves predicted from the knobs (the GP the
   context uses) and the knob-level surrogate, fitted on the same rest.
+
+The two held-out-rate tests also score blends of the two: the geometric mean of the config's
+curve and the batch model, simulator weight 0.25, 0.5 (the candidate) and 0.75, and with
+``--nested`` the curves or the 0.5 blend, chosen per metric by the training set's own workload
+folds (a choice made without the held-out trials; about 6x the fits):
+
+    PYTHONPATH=. python benchmarks/batch_sim.py --frontend-costs 0 --tests folds,between --nested
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,56 +154,119 @@ def _score(errors: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, dic
                 for name, e in by.items() if e} for m, by in errors.items()}
 
 
-def workload_folds(replay: Replay, usable: list, folds: int = 5) -> dict:
-    """The eval's workload folds: curves against the batch model on trials whose config was
-    measured on the training side."""
+#: Weights of the simulator in the blends the held-out-rate tests also score: each blend is the
+#: geometric mean ``curve^(1-w) * simulator^w``. Equal weights (0.5) is the candidate, named before
+#: it was scored (the usual default for combining two forecasts); 0.25 and 0.75 show how much the
+#: figure depends on the weight.
+BLEND_WEIGHTS = (0.25, 0.5, 0.75)
+
+
+def _blend_name(w: float) -> str:
+    return f"curves x simulator {w:g}"
+
+
+#: The candidate whose blend is chosen per metric by inner folds (``--nested``).
+CHOSEN = "curves or blend, chosen by inner folds"
+#: The blend ``--nested`` chooses between (against the curves alone).
+CHOSEN_WEIGHT = 0.5
+
+
+def _rate_candidates(nested: bool = False) -> dict[str, dict[str, list[float]]]:
+    """Per metric, an empty list of errors per candidate of the held-out-rate tests."""
+    names = ["curves", "batch model", *map(_blend_name, BLEND_WEIGHTS)]
+    if nested:
+        names.append(CHOSEN)
+    return {m: {name: [] for name in names} for m in METRICS}
+
+
+def _score_trial(errors: dict[str, dict[str, list[float]]], trial: Any, curves: Any,
+                 sim: dict[str, float] | None, blend: dict[str, bool] | None = None) -> None:
+    """Append ``trial``'s error of every candidate, per metric, where both the config's curve
+    and the batch model answer (so every candidate is scored on the same trials). ``blend``:
+    per metric, whether the chosen candidate blends (else it is the curves alone)."""
+    for m in METRICS:
+        c = curves.predict(trial.config, workload_features(trial.workload_spec), m) \
+            if curves is not None else None
+        s = sim.get(m) if sim else None
+        truth = trial.metrics.get(m)
+        if not c or s is None or c[0] <= 0 or s <= 0 or not isinstance(truth, int | float) \
+                or truth <= 0:
+            continue
+        preds = {"curves": c[0], "batch model": s}
+        preds.update((_blend_name(w), math.exp((1 - w) * math.log(c[0]) + w * math.log(s)))
+                     for w in BLEND_WEIGHTS)
+        if blend is not None:
+            preds[CHOSEN] = preds[_blend_name(CHOSEN_WEIGHT)] if blend[m] else c[0]
+        for name, pred in preds.items():
+            errors[m][name].append(abs(pred - truth) / truth)
+
+
+def _workload_splits(replay: Replay, trials: list, folds: int = 5
+                     ) -> Iterator[tuple[list, list[tuple[Any, Any, dict[str, float] | None]]]]:
+    """Per split of the eval's workload folds: the training trials, and each held-out trial
+    whose config was measured on the training side with its curves and simulated figures."""
     from sklearn.model_selection import GroupKFold
 
-    groups = np.asarray([t.workload_hash for t in usable])
-    errors: dict[str, dict[str, list[float]]] = {m: {"curves": [], "batch model": []}
-                                                 for m in METRICS}
+    groups = np.asarray([t.workload_hash for t in trials])
     for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(
-            np.zeros(len(usable)), groups=groups):
-        train_trials = [usable[i] for i in train]
+            np.zeros(len(trials)), groups=groups):
+        train_trials = [trials[i] for i in train]
         trained = {t.config_hash for t in train_trials}
         curves = fit_load_curves(train_trials)
         models = replay.fit(train_trials)
-        for i in test:
-            t = usable[i]
-            if t.config_hash not in trained:
-                continue
-            sim = replay.predict(models, t)
-            for m in METRICS:
-                c = curves.predict(t.config, workload_features(t.workload_spec), m) \
-                    if curves is not None else None
-                ec = _ape(c[0] if c else None, t.metrics.get(m))
-                es = _ape(sim.get(m) if sim else None, t.metrics.get(m))
-                if ec is not None and es is not None:  # the same trials for both
-                    errors[m]["curves"].append(ec)
-                    errors[m]["batch model"].append(es)
-    return _score(errors)
+        yield train_trials, [(trials[i], curves, replay.predict(models, trials[i]))
+                             for i in test if trials[i].config_hash in trained]
 
 
-def between_rates(replay: Replay, usable: list, between: set[str]) -> dict:
+def blend_choice(replay: Replay, trials: list, folds: int = 5) -> dict[str, bool]:
+    """Per metric, whether the blend (weight :data:`CHOSEN_WEIGHT`) predicted held-out
+    workloads of ``trials`` better than the curves alone (MAPE over the inner workload folds):
+    a choice made on the training side only."""
+    errors = _rate_candidates()
+    for _, held in _workload_splits(replay, trials, folds):
+        for t, curves, sim in held:
+            _score_trial(errors, t, curves, sim)
+    blend = _blend_name(CHOSEN_WEIGHT)
+    return {m: bool(by["curves"]) and float(np.mean(by[blend])) < float(np.mean(by["curves"]))
+            for m, by in errors.items()}
+
+
+def workload_folds(replay: Replay, usable: list, folds: int = 5, nested: bool = False) -> dict:
+    """The eval's workload folds: curves against the batch model (and their blends) on trials
+    whose config was measured on the training side. ``nested``: also the blend chosen per
+    metric by inner workload folds of each training set (:func:`blend_choice`)."""
+    errors = _rate_candidates(nested)
+    choices: list[dict[str, bool]] = []
+    for train_trials, held in _workload_splits(replay, usable, folds):
+        blend = blend_choice(replay, train_trials, folds) if nested else None
+        choices += [blend] if blend is not None else []
+        for t, curves, sim in held:
+            _score_trial(errors, t, curves, sim, blend)
+    return _with_choices(_score(errors), choices)
+
+
+def between_rates(replay: Replay, usable: list, between: set[str],
+                  nested: bool = False) -> dict:
     held = [t for t in usable if t.uid in between]
     train = [t for t in usable if t.uid not in between]
     if not held:
         return {}
     curves = fit_load_curves(train)
     models = replay.fit(train)
-    errors: dict[str, dict[str, list[float]]] = {m: {"curves": [], "batch model": []}
-                                                 for m in METRICS}
+    blend = blend_choice(replay, train) if nested else None
+    errors = _rate_candidates(nested)
     for t in held:
-        sim = replay.predict(models, t)
-        for m in METRICS:
-            c = curves.predict(t.config, workload_features(t.workload_spec), m) \
-                if curves is not None else None
-            ec = _ape(c[0] if c else None, t.metrics.get(m))
-            es = _ape(sim.get(m) if sim else None, t.metrics.get(m))
-            if ec is not None and es is not None:
-                errors[m]["curves"].append(ec)
-                errors[m]["batch model"].append(es)
-    return _score(errors)
+        _score_trial(errors, t, curves, replay.predict(models, t), blend)
+    return _with_choices(_score(errors), [blend] if blend is not None else [])
+
+
+def _with_choices(scores: dict, choices: list[dict[str, bool]]) -> dict:
+    """``scores`` with, under the chosen candidate of each metric, whether each fit's inner
+    folds chose the blend (one entry per training set, in fold order)."""
+    for m, by in scores.items():
+        if CHOSEN in by:
+            by[CHOSEN]["blended"] = [c[m] for c in choices]
+    return scores
 
 
 def held_out_configs(replay: Replay, usable: list) -> dict:
@@ -238,8 +309,9 @@ def held_out_configs(replay: Replay, usable: list) -> dict:
                        f"curves from knobs ({KNOB_CURVE_FAMILY})": _ape(
                            p[0] if p else surrogate, t.metrics.get(m)),
                        "surrogate": _ape(surrogate, t.metrics.get(m))}
-                if all(v is not None for v in row.values()):
-                    for name, v in row.items():
+                scored = {name: v for name, v in row.items() if v is not None}
+                if len(scored) == len(row):  # the same trials for every candidate
+                    for name, v in scored.items():
                         errors[m][name].append(v)
     return _score(errors)
 
@@ -347,6 +419,9 @@ def main() -> None:
                              "(default %(default)s; 0 alone: no frontend)")
     parser.add_argument("--tests", default="folds,between,configs",
                         help="which tests, comma-separated (folds, between, configs)")
+    parser.add_argument("--nested", action="store_true",
+                        help="held-out-rate tests: also score the blend chosen per metric by "
+                             "inner workload folds of each training set (about 6x the fits)")
     args = parser.parse_args()
     store = shipped_store()
     done = TrialFilter(status=TrialStatus.COMPLETE)
@@ -384,9 +459,9 @@ def main() -> None:
         label = key.label()
         results = {}
         if "folds" in tests:
-            results["workload folds"] = workload_folds(replay, usable)
+            results["workload folds"] = workload_folds(replay, usable, nested=args.nested)
         if "between" in tests:
-            results["between rates"] = between_rates(replay, usable, between)
+            results["between rates"] = between_rates(replay, usable, between, args.nested)
         if "configs" in tests:
             results["held-out configs"] = held_out_configs(replay, usable)
         report[label] = results
