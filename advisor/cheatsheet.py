@@ -173,7 +173,7 @@ class CheatSheet:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "slo-advisor-cheatsheet/1", "filters": self.filters,
                 "trials": self.trials,
-                "note": "knob values are model-based recommendations for each tier's SLO at a "
+                "note": "Knob values are model-based recommendations for each tier's SLO at a "
                         "measured workload; predicted metrics are predictions with 90% "
                         "intervals; rules of thumb are fitted to measured trials",
                 "rows": [r.to_dict() for r in self.rows],
