@@ -1327,8 +1327,9 @@ def knowledge_eval_cmd(
              "repeat noise is larger than the goal).", **choice(SCORE_ON))] = "trial",
     load_curves: Annotated[bool, typer.Option(
         "--load-curves/--no-load-curves",
-        help="Let measured configs' load curves answer for them (default), or score the "
-             "knob-level surrogates alone.")] = True,
+        help="Let measured configs' load curves answer for them (default; blended with the "
+             "engine simulator for the figures each fold's training trials choose), or score "
+             "the knob-level surrogates alone.")] = True,
     failures: Annotated[bool, typer.Option(
         "--failures", help="Evaluate the failure model instead (which configs fail to start): "
                            "held-out precision, recall and AUC per target and hardware, configs "

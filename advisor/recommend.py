@@ -713,7 +713,9 @@ def _curve_quality(ctx: ContextModels, config: Mapping[str, Any],
         held = curves.held_out_error(config, features, metric)
         if held is not None:
             out[metric] = {"mape": held[0], "n": held[1], "interval_coverage": None,
-                           "basis": "load curve, each rate held out in turn"}
+                           "basis": ("load curve blended with the engine simulator, each rate "
+                                     "held out in turn" if curves.blended(metric)
+                                     else "load curve, each rate held out in turn")}
         elif (not own and knob is not None and metric in knob.held_out_error_
               and knob.predict(config, features, metric) is not None):
             mape, n = knob.held_out_error_[metric]
@@ -917,6 +919,15 @@ def _curve_notes(ctx: ContextModels, config: Mapping[str, Any], features: Mappin
              f"{curve.capacity:.0f} req/s offered ({where} its measurements at "
              f"{', '.join(f'{r:g}' for r in curve.rates)} req/s)"
              + (f", utilisation {rate / curve.capacity:.0%} at {rate:g} req/s" if rate else "")]
+    blended = [m for m in curves.metrics_ if curves.blended(m)]
+    if blended:
+        scores = curves.blend_.scores
+        shown = [m for m in blended if "_p95" in m] or blended
+        more = f" and {len(blended) - len(shown)} more figures" if len(blended) > len(shown) else ""
+        notes.append(f"{', '.join(shown)}{more}: the geometric mean of this curve and the "
+                     "engine simulator fitted on this context's trials, which predicted its "
+                     "held-out rates better than the curve alone (MAPE " + "; ".join(
+                         f"{m} {scores[m][0]:.0%} -> {scores[m][1]:.0%}" for m in shown) + ")")
     if rate and rate >= HEAVY_LOAD * curve.capacity:
         # Measured: near capacity a longer run of the same arrivals reads a longer queue
         # (docs/knowledge.md, "Measurement windows"); the curve knows the short runs only.

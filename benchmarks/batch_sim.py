@@ -11,6 +11,9 @@ step-time model, fitted to the server's mean inter-token latency of the class's 
 
 Three tests, each against what the shipped models answer on the same trials:
 
+The "curves" of every test are the load curves alone (``fit_load_curves(..., blend=False)``):
+the blends this benchmark scores are what knowledge/curve_blend.py adopted.
+
 * ``workload folds``: the 5 folds of ``advisor knowledge eval --group-by workload`` (a held-out
   workload, i.e. a rate and its seed, predicted from the rest). Scored on the trials whose config
   was measured on the training side (the eval's "measured at other rates" column): the batch
@@ -63,6 +66,7 @@ from knowledge.surrogate import (
     workload_features,
 )
 from knowledge.transfer import import_file, shipped_file
+from objectives.llm.simulation import first_token_ms
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
 from search_spaces.space import load_space
 
@@ -129,18 +133,6 @@ class Replay:
         if model is None or trial.workload_spec.get("kind") != KIND:
             return None
         return model.predict(self.stream(trial), *self.limits(trial.config))
-
-
-def first_token_ms(requests: Any, n: int) -> np.ndarray | None:
-    """Each request's measured TTFT (ms) by its index in the stream, from a trial's per-request
-    samples (NaN where missing), or None without them."""
-    if not isinstance(requests, dict) or not requests.get("index") or not requests.get("ttft_ms"):
-        return None
-    out = np.full(n, np.nan)
-    for i, v in zip(requests["index"], requests["ttft_ms"], strict=False):
-        if isinstance(i, int) and 0 <= i < n and isinstance(v, int | float):
-            out[i] = float(v)
-    return out
 
 
 def _ape(pred: float | None, truth: Any) -> float | None:
@@ -212,7 +204,7 @@ def _workload_splits(replay: Replay, trials: list, folds: int = 5
             np.zeros(len(trials)), groups=groups):
         train_trials = [trials[i] for i in train]
         trained = {t.config_hash for t in train_trials}
-        curves = fit_load_curves(train_trials)
+        curves = fit_load_curves(train_trials, blend=False)
         models = replay.fit(train_trials)
         yield train_trials, [(trials[i], curves, replay.predict(models, trials[i]))
                              for i in test if trials[i].config_hash in trained]
@@ -251,7 +243,7 @@ def between_rates(replay: Replay, usable: list, between: set[str],
     train = [t for t in usable if t.uid not in between]
     if not held:
         return {}
-    curves = fit_load_curves(train)
+    curves = fit_load_curves(train, blend=False)
     models = replay.fit(train)
     blend = blend_choice(replay, train) if nested else None
     errors = _rate_candidates(nested)
@@ -289,7 +281,7 @@ def held_out_configs(replay: Replay, usable: list) -> dict:
             continue
         train_trials = [usable[i] for i in train]
         models = replay.fit(same_class)
-        curves = fit_load_curves(train_trials)
+        curves = fit_load_curves(train_trials, blend=False)
         encoder = FeatureEncoder().fit([t.config for t in train_trials], [wl[i] for i in train])
         knob = (KnobCurveModel(family=KNOB_CURVE_FAMILY).fit(curves, encoder.transform)
                 if curves is not None and KNOB_CURVE_FAMILY else None)

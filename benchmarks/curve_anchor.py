@@ -56,7 +56,7 @@ def evaluate(trials: list, metric: str, folds: int) -> dict[str, list[float]] | 
     unvaried = unvaried_knobs([t.config for t in usable])
     errors: dict[str, list[float]] = {"surrogate": [], "anchored": [], "reference curve": []}
     for train, test in GroupKFold(n_splits=min(folds, n_groups)).split(X, z, groups):
-        curves = fit_load_curves([usable[i] for i in idx[train]])
+        curves = fit_load_curves([usable[i] for i in idx[train]], blend=False)
         if curves is None:
             continue
         reg = IntervalRegressor(family=DEFAULT_FAMILY, cost_law=law).fit(

@@ -51,7 +51,7 @@ def evaluate(trials: list, metrics: tuple[str, ...]) -> dict[str, dict[str, dict
     "inside" -> candidate -> whether each trial fell in the 90 % interval."""
     usable = _usable(trials)
     wl = [workload_features(t.workload_spec) for t in usable]
-    curves_all = fit_load_curves(usable)
+    curves_all = fit_load_curves(usable, blend=False)
     if curves_all is None:
         return {}
     rate = curves_all.roles.rate
@@ -65,7 +65,7 @@ def evaluate(trials: list, metrics: tuple[str, ...]) -> dict[str, dict[str, dict
         test = [i for i, k in enumerate(identity) if k == held]
         train = [i for i, k in enumerate(identity) if k != held]
         train_trials = [usable[i] for i in train]
-        curves = fit_load_curves(train_trials)
+        curves = fit_load_curves(train_trials, blend=False)
         if curves is None:
             continue
         encoder = FeatureEncoder().fit([t.config for t in train_trials], [wl[i] for i in train])

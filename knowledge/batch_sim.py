@@ -52,6 +52,8 @@ FIT_ROUNDS = 3
 #: when 95 % of its simulated requests took a batch slot within this many engine steps of
 #: arriving (the step under way, and one more where a step's token budget ran out).
 _QUEUE_FREE_STEPS = 2
+#: How many steps a request never admitted counts as having waited (:meth:`queue_free`).
+_NEVER_STEPS = 1e18
 #: Shortest step the model may predict (ms): a fit through few runs may put the fixed cost at 0.
 _MIN_STEP_MS = 0.5
 
@@ -151,7 +153,9 @@ class SimulatedRun:
     def queue_free(self) -> bool:
         """Whether 95 % of the requests took a batch slot within :data:`_QUEUE_FREE_STEPS`
         engine steps of arriving (a request never admitted waited forever)."""
-        waited = np.where(np.isnan(self.admitted_s), np.inf, self.waited_steps)
+        # A large finite stand-in, not inf: numpy's percentile interpolates inf - inf to NaN
+        # (a RuntimeWarning on the user's terminal, and a NaN that compared as 'queued').
+        waited = np.where(np.isnan(self.admitted_s), _NEVER_STEPS, self.waited_steps)
         return bool(np.percentile(waited, 95) <= _QUEUE_FREE_STEPS)
 
 

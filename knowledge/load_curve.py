@@ -312,6 +312,10 @@ class LoadCurves:
     (metric -> (load band, support) -> log half-width): the conformal quantile of
     leave-one-rate-out log errors of single trials, below and from :data:`HEAVY_LOAD`
     utilisation, for curves of their own shape and for those through a few rates.
+
+    ``blend_`` (set by :func:`knowledge.curve_blend.fit_blend`, None until then): a second
+    model of the same figures whose geometric mean with the curves answers instead, for the
+    metrics where the context's own held-out rates chose it.
     """
 
     def __init__(self, *, roles: LoadRoles, coverage: float = CURVE_COVERAGE) -> None:
@@ -321,6 +325,7 @@ class LoadCurves:
     def fit(self, configs: Sequence[Mapping[str, Any]], workloads: Sequence[Mapping[str, float]],
             measured: Sequence[Mapping[str, float]]) -> LoadCurves:
         roles = self.roles
+        self.blend_: Any = None
         self.unvaried_ = unvaried_knobs(configs)
         groups: dict[str, list[int]] = {}
         for i, (config, w) in enumerate(zip(configs, workloads, strict=True)):
@@ -373,6 +378,9 @@ class LoadCurves:
         the curve (:func:`_support`): repeats spread far more near and past capacity than at
         light load, and a curve through two rates errs far more than one through seven."""
         rate = self.roles.rate
+        # Every held-out prediction, kept for a blend with a second model of the same figures
+        # (knowledge/curve_blend.py): (row, metric, predicted value, load band, support).
+        self.held_out_: list[tuple[int, str, float, int, int]] = []
         errors: dict[tuple[str, int, int], list[float]] = {}
         relative: dict[tuple[str, int], list[float]] = {}
         repeats: dict[tuple[str, int], list[float]] = {}
@@ -398,6 +406,9 @@ class LoadCurves:
                         continue
                     errors.setdefault((m, band, support), []).extend(
                         abs(math.log(v / float(pred[0]))) for v in vals)
+                    self.held_out_.extend((i, m, float(pred[0]), band, support) for i in test
+                                          if isinstance(measured[i].get(m), int | float)
+                                          and measured[i][m] > 0)
                     relative.setdefault((m, band), []).extend(
                         abs(float(pred[0]) - v) / v for v in vals)
         # The same leave-one-rate-out errors as MAPE per load band (and how many trials): the
@@ -406,15 +417,17 @@ class LoadCurves:
         self.rate_error_: dict[str, dict[int, tuple[float, int]]] = {}
         for (m, band), errs in relative.items():
             self.rate_error_.setdefault(m, {})[band] = (float(np.mean(errs)), len(errs))
+        #: Per (metric, load band), the standard deviation of repeats' log values about their
+        #: mean: the floor of every interval (no model answers closer than the engine repeats).
+        self.repeat_sd_ = {key: float(np.std(noise)) for key, noise in repeats.items() if noise}
         self.half_width_: dict[str, dict[tuple[int, int], float]] = {}
         for m in self.metrics_:
             widths: dict[tuple[int, int], float] = {}
             for band, support in ((0, 0), (0, 1), (1, 0), (1, 1)):
                 q = conformal_quantile(errors.get((m, band, support), []), self.coverage)
-                noise = repeats.get((m, band), [])
                 if q is not None:
-                    widths[(band, support)] = max(q, _NOISE_Z * float(np.std(noise))
-                                                  if noise else 0.0)
+                    floor = _NOISE_Z * self.repeat_sd_.get((m, band), 0.0)
+                    widths[(band, support)] = max(q, floor)
             if widths:
                 self.half_width_[m] = widths
 
@@ -444,9 +457,20 @@ class LoadCurves:
         value = curve.predict(metric, np.asarray([rate]))
         if value is None or not value[0] > 0:
             return None
-        half = self._half_width(metric, _band(rate, curve.capacity), _support(len(curve.rates)))
+        band, support = _band(rate, curve.capacity), _support(len(curve.rates))
         v = float(value[0])
+        blend = getattr(self, "blend_", None)
+        if blend is not None and metric in blend.metrics:
+            blended = blend.predict(config, workload, metric, v, band, support)
+            if blended is not None:
+                return blended
+        half = self._half_width(metric, band, support)
         return v, v * math.exp(-half), v * math.exp(half)
+
+    def blended(self, metric: str) -> bool:
+        """Whether ``metric``'s answers are the curves blended with the context's simulator."""
+        blend = getattr(self, "blend_", None)
+        return blend is not None and metric in blend.metrics
 
     def held_out_error(self, config: Mapping[str, Any], workload: Mapping[str, float],
                        metric: str) -> tuple[float, int] | None:
@@ -456,7 +480,8 @@ class LoadCurves:
         curve = self.curve(config, workload)
         if curve is None or (metric not in curve.latency and metric not in curve.throughput):
             return None
-        bands = self.rate_error_.get(metric, {})
+        bands = (self.blend_.rate_error.get(metric, {}) if self.blended(metric)
+                 else self.rate_error_.get(metric, {}))
         band = _band(float(workload[self.roles.rate]), curve.capacity)
         return bands.get(band) or (max(bands.values()) if bands else None)
 

@@ -166,7 +166,7 @@ def _llm_trials(noise: float = 0.03) -> list:
     from knowledge.models import TrialStatus
 
     rng = random.Random(3)
-    out = []
+    out: list[TrialRecord] = []
     for config, rates in (("a", RATES), ("b", RATES), ("c", (50.0,))):
         for rate in rates:
             spec = {"kind": "llm-serving", "name": f"chat@{rate}",

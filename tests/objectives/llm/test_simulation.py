@@ -1,0 +1,117 @@
+"""The continuous-batching simulator fitted to real trials (objectives/llm/simulation.py): the
+shipped H200 vLLM trials of the 3B shape (15 trials, one engine start per rate), reached through
+the ``llm-serving`` entry point as the knowledge layer reaches it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from knowledge import TrialStore
+from knowledge.curve_blend import fit_simulation
+from knowledge.store import TrialFilter
+from knowledge.surrogate import _usable, fit_load_curves, workload_features
+from knowledge.transfer import import_file, shipped_file
+from objectives.llm.simulation import SEED_OFFSET, SEEDS, LLMSimulation
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory: pytest.TempPathFactory) -> list:
+    store = TrialStore(f"sqlite:///{tmp_path_factory.mktemp('sim') / 'k.db'}")
+    import_file(store, shipped_file("h200-vllm-3b-2026-12-03.jsonl"))
+    rows = _usable(store.list_trials(TrialFilter(status="complete")))
+    assert len(rows) >= 10
+    return rows
+
+
+@pytest.fixture(scope="module")
+def sim(trials: list) -> LLMSimulation:
+    fitted = fit_simulation(trials)  # through the entry point
+    assert isinstance(fitted, LLMSimulation)
+    return fitted
+
+
+def test_a_measured_config_is_simulated_at_any_rate(trials: list, sim: LLMSimulation) -> None:
+    t = trials[0]
+    features = workload_features(t.workload_spec)
+    rates = sorted(workload_features(x.workload_spec)["rate_rps"] for x in trials)
+    light = sim.predict(t.config, {**features, "rate_rps": rates[0] / 2})
+    heavy = sim.predict(t.config, {**features, "rate_rps": rates[-1] * 1.5})
+    assert light is not None and heavy is not None
+    for figures in (light, heavy):
+        assert all(math.isfinite(v) and v > 0 for v in figures.values())
+        assert {"ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s"} <= set(figures)
+    # Past every measured rate the queue shows: first tokens wait longer, more tokens flow.
+    assert heavy["ttft_p95_ms"] > light["ttft_p95_ms"]
+    assert heavy["output_tokens_per_s"] > light["output_tokens_per_s"]
+
+
+def test_streams_are_the_stored_lengths_at_the_asked_rate_on_unseen_seeds(
+        trials: list, sim: LLMSimulation) -> None:
+    features = workload_features(trials[0].workload_spec)
+    base = sim.template(features)
+    assert base is not None
+    streams = sim.streams({**features, "rate_rps": 2 * features["rate_rps"]})
+    assert len(streams) == SEEDS
+    window = base["n_requests"] / base["arrival"]["rate_rps"]
+    assert all(len(s.arrivals_s) == round(window * 2 * features["rate_rps"]) for s in streams)
+    assert len({s.arrivals_s.tobytes() for s in streams}) == SEEDS  # each seed its own
+    stored = {int(x.workload_spec["params"].get("seed", 0)) for x in trials}
+    assert min(stored) + SEED_OFFSET > max(stored)  # no stored trial used those seeds
+
+
+def test_what_it_cannot_place_it_says_so(trials: list, sim: LLMSimulation) -> None:
+    features = workload_features(trials[0].workload_spec)
+    # Lengths no stored workload has: no stream to move to the asked rate.
+    assert sim.predict(trials[0].config, {**features, "prompt_len": 7.0}) is None
+    assert sim.predict(trials[0].config, {k: v for k, v in features.items()
+                                          if k != "rate_rps"}) is None
+    # A config whose step class was never measured (another quantization).
+    assert sim.predict({**trials[0].config, "quantization": "no-such-scheme"}, features) is None
+
+
+def test_the_blend_answers_as_the_geometric_mean_where_chosen(trials: list) -> None:
+    blended = fit_load_curves(trials)
+    alone = fit_load_curves(trials, blend=False)
+    assert blended is not None and alone is not None and alone.blend_ is None
+    # On these trials the blend predicted held-out rates better for the latencies
+    # (docs/knowledge.md): TTFT p95 is blended, output tokens/s is not.
+    assert blended.blended("ttft_p95_ms") and not blended.blended("output_tokens_per_s")
+    t = trials[0]
+    features = workload_features(t.workload_spec)
+    sim = blended.blend_.figures(t.config, features)
+    assert sim is not None
+    for metric in blended.metrics_:
+        got, ref = blended.predict(t.config, features, metric), alone.predict(
+            t.config, features, metric)
+        assert got is not None and ref is not None
+        if blended.blended(metric):
+            assert got[0] == pytest.approx(math.sqrt(ref[0] * sim[metric]))
+        else:
+            assert got == ref
+
+
+def test_an_answer_says_its_figures_are_blended_and_quotes_the_blends_error(
+        trials: list) -> None:
+    from advisor.recommend import _curve_notes, _curve_quality
+    from knowledge.surrogate import context_of, fit_context
+
+    ctx = fit_context(context_of(trials[0]), trials, score=False)
+    t = trials[0]
+    features = workload_features(t.workload_spec)
+    notes = _curve_notes(ctx, t.config, features)
+    assert any("geometric mean of this curve and the engine simulator" in n
+               and "ttft_p95_ms" in n for n in notes), notes
+    quality = _curve_quality(ctx, t.config, features, ["ttft_p95_ms", "output_tokens_per_s"])
+    assert quality["ttft_p95_ms"]["basis"].startswith("load curve blended with the engine")
+    assert quality["output_tokens_per_s"]["basis"] == "load curve, each rate held out in turn"
+    assert ctx.load_curves is not None and ctx.load_curves.blend_ is not None
+    from knowledge.load_curve import HEAVY_LOAD
+
+    curve = ctx.curve_of(t.config, features)
+    assert curve is not None
+    band = int(features["rate_rps"] >= HEAVY_LOAD * curve.capacity)
+    mape, n = ctx.load_curves.blend_.rate_error["ttft_p95_ms"][band]
+    assert quality["ttft_p95_ms"]["mape"] == pytest.approx(mape)
+    assert quality["ttft_p95_ms"]["n"] == n
