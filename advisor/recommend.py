@@ -927,7 +927,8 @@ def _curve_notes(ctx: ContextModels, config: Mapping[str, Any], features: Mappin
         notes.append(f"{', '.join(shown)}{more}: the geometric mean of this curve and the "
                      "engine simulator fitted on this context's trials, which predicted its "
                      "held-out rates better than the curve alone (MAPE " + "; ".join(
-                         f"{m} {scores[m][0]:.0%} -> {scores[m][1]:.0%}" for m in shown) + ")")
+                         f"{m} {scores[m].curve_mape:.0%} -> {scores[m].blend_mape:.0%}"
+                         for m in shown) + ")")
     if rate and rate >= HEAVY_LOAD * curve.capacity:
         # Measured: near capacity a longer run of the same arrivals reads a longer queue
         # (docs/knowledge.md, "Measurement windows"); the curve knows the short runs only.

@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 #: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes;
 #: 5: the HNSW queue work term and the fitted cost law; 6: per-config load curves; 7: curve
 #: identity without unvaried knobs, latencies always curved; 8: the curves' held-out-rate error;
-#: 9: the knob-level model of the curves; 10: the curves' blend with a simulator).
-CACHE_FORMAT = 10
+#: 9: the knob-level model of the curves; 10: the curves' blend with a simulator; 11: the
+#: blend's scores as a BlendScore).
+CACHE_FORMAT = 11
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 

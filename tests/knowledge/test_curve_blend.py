@@ -47,8 +47,9 @@ def test_a_simulator_that_helps_is_blended_for_the_metrics_it_improves() -> None
     blend = fit_blend(curves, Scripted(), *data)
     assert blend is not None
     assert blend.metrics == ("ttft_p95_ms",)  # the only figure the simulator answers
-    curve_mape, blend_mape, n = blend.scores["ttft_p95_ms"]
-    assert n >= MIN_HELD_OUT and blend_mape < curve_mape
+    score = blend.scores["ttft_p95_ms"]
+    assert score.n >= MIN_HELD_OUT and score.blend_log < score.curve_log
+    assert score.blend_mape < score.curve_mape
     # The answer is the geometric mean of the two, inside its own calibrated interval.
     curves.blend_ = blend
     workload = {"rate_rps": 60.0, "prompt_len": 256.0}
@@ -117,3 +118,28 @@ def test_no_simulator_for_a_workload_kind_without_an_entry_point() -> None:
     assert fit_simulation([unknown]) is None
     llm = SimpleNamespace(workload_spec={"kind": "llm-serving", "params": {}})
     assert fit_simulation([unknown, llm]) is None  # mixed kinds: no one simulator
+
+
+def test_a_simulator_that_only_errs_low_is_not_chosen_for_a_lower_mape() -> None:
+    """MAPE caps an answer that is too low at 100 % and not one too high, so a simulator far
+    below the truth can lower it while the answers get worse: the choice reads the log error."""
+    from types import SimpleNamespace
+
+    n = 2 * MIN_HELD_OUT
+    # The truth is 100 everywhere; the curve errs by 3x either way; the simulator says 10.
+    held = [(i, "ttft_p95_ms", 300.0 if i % 2 else 100.0 / 3, 0, 1) for i in range(n)]
+    curves = SimpleNamespace(held_out_=held, coverage=0.9, repeat_sd_={})
+
+    class Low:
+        def predict(self, config: Mapping[str, Any], workload: Mapping[str, float]
+                    ) -> dict[str, float]:
+            return {"ttft_p95_ms": 10.0}
+
+    rows = ([{"knob": str(i)} for i in range(n)], [{"rate_rps": float(i + 1)} for i in range(n)],
+            [{"ttft_p95_ms": 100.0}] * n)
+    blend = fit_blend(curves, Low(), *rows)  # type: ignore[arg-type]
+    assert blend is None  # the log error chose the curves
+    # ... although the blend's MAPE was far lower (63 % against 133 %):
+    mixed = [math.sqrt(p * 10.0) for _, _, p, _, _ in held]
+    assert sum(abs(m - 100) / 100 for m in mixed) / n < sum(
+        abs(p - 100) / 100 for _, _, p, _, _ in held) / n
