@@ -117,7 +117,9 @@ class LLMSimulation:
         if base is None:
             return []
         rate = float(workload[_RATE])
-        window = base["n_requests"] / base["arrival"]["rate_rps"]
+        spec = LLMWorkloadSpec.from_params(base)
+        assert spec.arrival.rate_rps is not None  # templates are Poisson or gamma
+        window = spec.n_requests / spec.arrival.rate_rps
         moved = {**base, "arrival": {**base["arrival"], "rate_rps": rate},
                  "n_requests": max(1, round(window * rate))}
         seed = int(base.get("seed", 0)) + SEED_OFFSET
@@ -125,6 +127,8 @@ class LLMSimulation:
 
     def predict(self, config: Mapping[str, Any], workload: Mapping[str, float]
                 ) -> dict[str, float] | None:
+        """The client's figures of ``config`` at ``workload``: the geometric mean over the
+        :data:`SEEDS` streams of each figure every stream gave, or None (see the class)."""
         model = self.models.get(self.step_class(config))
         streams = self.streams(workload) if model is not None else []
         if model is None or not streams:
