@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge.load_curve import LoadCurves, conformal_quantile
+from knowledge.load_curve import LoadCurves, conformal_quantile, pooled_half_width
 
 __all__ = ["ENTRY_POINT_GROUP", "MIN_HELD_OUT", "SIM_WEIGHT", "BlendScore", "CurveBlend",
            "Simulation",
@@ -149,7 +149,7 @@ class CurveBlend:
         if sim is None or not sim > 0 or not curve_value > 0:
             return None
         value = _mix(curve_value, float(sim), self.weight)
-        half = _half_width(self.half_width[metric], band, support)
+        half = pooled_half_width(self.half_width[metric], band, support)
         return value, value * math.exp(-half), value * math.exp(half)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -165,14 +165,6 @@ def _key(mapping: Mapping[str, Any]) -> str:
 
 def _mix(curve: float, sim: float, weight: float) -> float:
     return math.exp((1.0 - weight) * math.log(curve) + weight * math.log(sim))
-
-
-def _half_width(widths: Mapping[tuple[int, int], float], band: int, support: int) -> float:
-    """That pool's width, else the widest of the band's, else the widest (as the curves')."""
-    if (band, support) in widths:
-        return widths[(band, support)]
-    same = [w for (b, _), w in widths.items() if b == band]
-    return max(same) if same else max(widths.values())
 
 
 def fit_blend(curves: LoadCurves, simulation: Simulation | None,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "config_key",
-           "conformal_quantile", "load_roles", "unvaried_knobs"]
+           "conformal_quantile", "load_roles", "pooled_half_width", "unvaried_knobs"]
 
 #: Nominal coverage of a curve's prediction interval (the surrogates' too).
 CURVE_COVERAGE = 0.9
@@ -304,6 +304,16 @@ def conformal_quantile(residuals: Sequence[float], coverage: float) -> float | N
     return float(np.quantile(np.asarray(residuals), needed / n))
 
 
+def pooled_half_width(widths: Mapping[tuple[int, int], float], band: int, support: int
+                      ) -> float:
+    """The calibrated log half-width of the (load band, support) pool, else the widest of the
+    band's pools, else the widest of all (never narrower for want of residuals)."""
+    if (band, support) in widths:
+        return widths[(band, support)]
+    same = [w for (b, _), w in widths.items() if b == band]
+    return max(same) if same else max(widths.values())
+
+
 class LoadCurves:
     """Every measured config's load curves in one context, with calibrated intervals.
 
@@ -432,13 +442,7 @@ class LoadCurves:
                 self.half_width_[m] = widths
 
     def _half_width(self, metric: str, band: int, support: int) -> float:
-        """The calibrated log half-width of that pool, else the widest of the band's pools,
-        else the widest of all (never narrower for want of residuals)."""
-        widths = self.half_width_[metric]
-        if (band, support) in widths:
-            return widths[(band, support)]
-        same = [w for (b, _), w in widths.items() if b == band]
-        return max(same) if same else max(widths.values())
+        return pooled_half_width(self.half_width_[metric], band, support)
 
     def curve(self, config: Mapping[str, Any], workload: Mapping[str, float]
               ) -> ConfigCurve | None:
