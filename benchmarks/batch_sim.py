@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ import numpy as np
 from benchmarks.stores import shipped_store, temp_store
 from knowledge import TrialStatus
 from knowledge.batch_sim import FRONTEND_TOKEN_MS, Observation, RequestStream, fit_batch_models
+from knowledge.curve_blend import mix
 from knowledge.curve_model import KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
@@ -66,7 +66,7 @@ from knowledge.surrogate import (
     workload_features,
 )
 from knowledge.transfer import import_file, shipped_file
-from objectives.llm.simulation import first_token_ms
+from objectives.llm.simulation import LLMSimulation, first_token_ms, mean_step_ms
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
 from search_spaces.space import load_space
 
@@ -87,12 +87,14 @@ class Replay:
         self.defaults = space.default_config()
         self.unvaried = unvaried_knobs([t.config for t in trials])
         self._streams: dict[str, RequestStream] = {}
+        # Step classes and batch limits as the product's simulator reads them.
+        self._product = (LLMSimulation(self.slots, self.budget, self.defaults, self.unvaried,
+                                       {}, [])
+                         if self.slots is not None and self.budget is not None else None)
 
     def usable(self, trial: Any) -> bool:
-        spec = trial.workload_spec
-        itl = ((trial.details.get("server_metrics") or {}).get("itl") or {}).get("mean_ms")
-        return (self.slots is not None and self.budget is not None and spec.get("kind") == KIND
-                and isinstance(itl, int | float) and itl > 0)
+        return (self._product is not None and trial.workload_spec.get("kind") == KIND
+                and mean_step_ms(trial) is not None)
 
     def stream(self, trial: Any) -> RequestStream:
         key = json.dumps(trial.workload_spec, sort_keys=True)
@@ -103,18 +105,17 @@ class Replay:
         return self._streams[key]
 
     def limits(self, config: dict) -> tuple[int, int]:
-        assert self.slots is not None and self.budget is not None
-        return (int(config.get(self.slots, self.defaults[self.slots])),
-                int(config.get(self.budget, self.defaults[self.budget])))
+        assert self._product is not None
+        return self._product.limits(config)
 
     def step_class(self, config: dict) -> str:
-        rest = {k: v for k, v in config.items()
-                if k not in (self.slots, self.budget) and k not in self.unvaried}
-        return json.dumps(rest, sort_keys=True, default=str)
+        assert self._product is not None
+        return self._product.step_class(config)
 
     def observation(self, trial: Any) -> Observation:
         slots, budget = self.limits(trial.config)
-        itl = float(trial.details["server_metrics"]["itl"]["mean_ms"])
+        itl = mean_step_ms(trial)
+        assert itl is not None
         stream = self.stream(trial)
         return Observation(stream, slots, budget, itl, trial.metrics,
                            first_token_ms(trial.details.get("requests"), len(stream.arrivals_s)))
@@ -185,8 +186,7 @@ def _score_trial(errors: dict[str, dict[str, list[float]]], trial: Any, curves: 
                 or truth <= 0:
             continue
         preds = {"curves": c[0], "batch model": s}
-        preds.update((_blend_name(w), math.exp((1 - w) * math.log(c[0]) + w * math.log(s)))
-                     for w in BLEND_WEIGHTS)
+        preds.update((_blend_name(w), mix(c[0], s, w)) for w in BLEND_WEIGHTS)
         if blend is not None:
             preds[CHOSEN] = preds[_blend_name(CHOSEN_WEIGHT)] if blend[m] else c[0]
         for name, pred in preds.items():

@@ -30,11 +30,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from knowledge.load_curve import LoadCurves, conformal_quantile, pooled_half_width
+from knowledge.load_curve import LoadCurves, calibrated_widths, pooled_half_width
 
 __all__ = ["ENTRY_POINT_GROUP", "MIN_HELD_OUT", "SIM_WEIGHT", "BlendScore", "CurveBlend",
-           "Simulation",
-           "fit_blend", "fit_simulation"]
+           "Simulation", "fit_blend", "fit_simulation", "mix"]
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +50,6 @@ MIN_HELD_OUT = 10
 _CACHE_SIZE = 4096
 #: What :meth:`CurveBlend.figures` finds for a key it has not simulated (None is an answer).
 _MISSING = object()
-#: z of a two-sided 90 % normal interval: the repeat-noise floor of every interval, as the
-#: curves' own.
-_NOISE_Z = 1.645
 
 
 class Simulation(Protocol):
@@ -148,7 +144,7 @@ class CurveBlend:
         sim = (self.figures(config, workload) or {}).get(metric)
         if sim is None or not sim > 0 or not curve_value > 0:
             return None
-        value = _mix(curve_value, float(sim), self.weight)
+        value = mix(curve_value, float(sim), self.weight)
         half = pooled_half_width(self.half_width[metric], band, support)
         return value, value * math.exp(-half), value * math.exp(half)
 
@@ -163,7 +159,8 @@ def _key(mapping: Mapping[str, Any]) -> str:
     return repr(sorted((str(k), repr(v)) for k, v in mapping.items()))
 
 
-def _mix(curve: float, sim: float, weight: float) -> float:
+def mix(curve: float, sim: float, weight: float) -> float:
+    """The blend of a curve's and a simulator's figure: ``curve^(1 - weight) * sim^weight``."""
     return math.exp((1.0 - weight) * math.log(curve) + weight * math.log(sim))
 
 
@@ -197,7 +194,7 @@ def fit_blend(curves: LoadCurves, simulation: Simulation | None,
         truth = measured[row].get(metric)
         if sim is None or not sim > 0 or not isinstance(truth, int | float) or not truth > 0:
             continue
-        mixed = _mix(pred, float(sim), weight)
+        mixed = mix(pred, float(sim), weight)
         curve_ape, blend_ape, curve_log, blend_log = errors.setdefault(metric, ([], [], [], []))
         curve_ape.append(abs(pred - truth) / truth)
         blend_ape.append(abs(mixed - truth) / truth)
@@ -214,12 +211,7 @@ def fit_blend(curves: LoadCurves, simulation: Simulation | None,
         return None
     repeat_sd = getattr(curves, "repeat_sd_", {})
     for metric in blend.metrics:
-        widths: dict[tuple[int, int], float] = {}
-        for band, support in ((0, 0), (0, 1), (1, 0), (1, 1)):
-            q = conformal_quantile(logs.get((metric, band, support), []), curves.coverage)
-            if q is not None:
-                widths[(band, support)] = max(q, _NOISE_Z * repeat_sd.get((metric, band), 0.0))
-        blend.half_width[metric] = widths
+        blend.half_width[metric] = calibrated_widths(logs, repeat_sd, metric, curves.coverage)
         blend.rate_error[metric] = {band: (float(np.mean(errs)), len(errs))
                                     for (m, band), errs in by_band.items() if m == metric}
     return blend

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "config_key",
-           "conformal_quantile", "load_roles", "pooled_half_width", "unvaried_knobs"]
+__all__ = ["CURVE_COVERAGE", "ConfigCurve", "LoadCurves", "LoadRoles", "calibrated_widths",
+           "config_key", "conformal_quantile", "load_roles", "pooled_half_width",
+           "unvaried_knobs"]
 
 #: Nominal coverage of a curve's prediction interval (the surrogates' too).
 CURVE_COVERAGE = 0.9
@@ -304,6 +305,21 @@ def conformal_quantile(residuals: Sequence[float], coverage: float) -> float | N
     return float(np.quantile(np.asarray(residuals), needed / n))
 
 
+def calibrated_widths(errors: Mapping[tuple[str, int, int], Sequence[float]],
+                      repeat_sd: Mapping[tuple[str, int], float], metric: str, coverage: float
+                      ) -> dict[tuple[int, int], float]:
+    """``metric``'s log half-width per (load band, support) pool that has residuals: the
+    conformal quantile of its absolute log errors (``errors`` keyed (metric, band, support)),
+    never narrower than :data:`_NOISE_Z` repeat standard deviations of its band (``repeat_sd``
+    keyed (metric, band)): no model answers closer than the engine repeats."""
+    widths: dict[tuple[int, int], float] = {}
+    for band, support in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        q = conformal_quantile(errors.get((metric, band, support), []), coverage)
+        if q is not None:
+            widths[(band, support)] = max(q, _NOISE_Z * repeat_sd.get((metric, band), 0.0))
+    return widths
+
+
 def pooled_half_width(widths: Mapping[tuple[int, int], float], band: int, support: int
                       ) -> float:
     """The calibrated log half-width of the (load band, support) pool, else the widest of the
@@ -432,12 +448,7 @@ class LoadCurves:
         self.repeat_sd_ = {key: float(np.std(noise)) for key, noise in repeats.items() if noise}
         self.half_width_: dict[str, dict[tuple[int, int], float]] = {}
         for m in self.metrics_:
-            widths: dict[tuple[int, int], float] = {}
-            for band, support in ((0, 0), (0, 1), (1, 0), (1, 1)):
-                q = conformal_quantile(errors.get((m, band, support), []), self.coverage)
-                if q is not None:
-                    floor = _NOISE_Z * self.repeat_sd_.get((m, band), 0.0)
-                    widths[(band, support)] = max(q, floor)
+            widths = calibrated_widths(errors, self.repeat_sd_, m, self.coverage)
             if widths:
                 self.half_width_[m] = widths
 

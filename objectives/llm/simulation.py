@@ -33,7 +33,7 @@ from knowledge.batch_sim import (
 )
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
 
-__all__ = ["SEEDS", "SEED_OFFSET", "LLMSimulation", "first_token_ms", "fit"]
+__all__ = ["SEEDS", "SEED_OFFSET", "LLMSimulation", "first_token_ms", "fit", "mean_step_ms"]
 
 #: Streams simulated per asked workload (figures are their geometric mean).
 SEEDS = 3
@@ -66,7 +66,9 @@ def _stream(params: Mapping[str, Any]) -> RequestStream:
     return RequestStream(arrivals, prompts, outputs, spec.drain_limit_s)
 
 
-def _mean_step_ms(trial: Any) -> float | None:
+def mean_step_ms(trial: Any) -> float | None:
+    """The engine's mean time per iteration a trial recorded (the server's mean inter-token
+    latency, ms), or None."""
     itl = ((trial.details or {}).get("server_metrics") or {}).get("itl") or {}
     value = itl.get("mean_ms") if isinstance(itl, Mapping) else None
     return float(value) if isinstance(value, int | float) and value > 0 else None
@@ -167,7 +169,7 @@ def fit(trials: Sequence[Any]) -> LLMSimulation | None:
     from knowledge.load_curve import unvaried_knobs
     from search_spaces.space import load_space
 
-    timed = [(t, step_ms) for t in trials if (step_ms := _mean_step_ms(t)) is not None
+    timed = [(t, step_ms) for t in trials if (step_ms := mean_step_ms(t)) is not None
              and (t.workload_spec or {}).get("kind") == KIND
              and ((t.workload_spec.get("params") or {}).get("arrival") or {}).get("process")
              in ("poisson", "gamma")]
