@@ -20,14 +20,23 @@
 #
 #   bash scripts/device/h200_blend_check_2026_12_05.sh > $OUT/log-blend-check.txt 2>&1
 #
-# Results in $OUT: crosscheck-blend-check.jsonl, trials-blend-check.jsonl (the store, exported),
-# nvidia-smi-blend-check.txt. Time: the fp8 start (~150-200 s) and 8 windows of 8 s with warm-up
+# and, in a second call of the same lease, the engine's defaults at the same rates (the baseline
+# the answer chose fp8 over; their predictions are committed beside the fp8 ones):
+#
+#   bash scripts/device/h200_blend_check_2026_12_05.sh default '{}' \
+#       > $OUT/log-blend-check-default.txt 2>&1
+#
+# Results in $OUT: crosscheck-blend-check[-LABEL].jsonl, trials-blend-check[-LABEL].jsonl (the
+# store, exported), nvidia-smi-blend-check[-LABEL].txt. Time: the fp8 start (~150-200 s) and 8 windows of 8 s with warm-up
 # and drain: at most 570 s (the deadline stops the crosscheck first, so what was measured is
 # exported).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
-PHASE=blend-check
+LABEL=${1:-fp8}
+KNOBS=${2:-'{"quantization": "fp8"}'}
+if [ "$LABEL" = fp8 ]; then PHASE=blend-check STUDY=h200-8b-chat-1205-blend
+else PHASE=blend-check-$LABEL STUDY=h200-8b-chat-1205-blend-$LABEL; fi
 WINDOW=${WINDOW:-8}
 # shellcheck source=scripts/device/h200_env.sh
 source scripts/device/h200_env.sh
@@ -37,6 +46,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 # shellcheck disable=SC2046
 python3 -m advisor crosscheck $(chat_workload llama-3-8b 90) --rate 90 --rate 82.5 \
-  --config 'fp8={"quantization": "fp8"}' --repeats 3 --reference-repeats 1 \
-  --store-as h200-8b-chat-1205-blend --slo "ttft_p95_ms<=2000,tpot_p95_ms<=50" \
+  --config "$LABEL=$KNOBS" --repeats 3 --reference-repeats 1 \
+  --store-as "$STUDY" --slo "ttft_p95_ms<=2000,tpot_p95_ms<=50" \
   -o "$OUT/crosscheck-$PHASE.jsonl"
