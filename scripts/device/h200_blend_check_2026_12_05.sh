@@ -35,8 +35,19 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
 LABEL=${1:-fp8}
 KNOBS=${2:-'{"quantization": "fp8"}'}
-if [ "$LABEL" = fp8 ]; then PHASE=blend-check STUDY=h200-8b-chat-1205-blend
-else PHASE=blend-check-$LABEL STUDY=h200-8b-chat-1205-blend-$LABEL; fi
+# The study is named after the GPU the call got (the device tool may lend an H100 for an H200
+# call): only on an H200 does this check the committed predictions; elsewhere it measures the
+# answer's config against the defaults on that card, no more.
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$GPU_NAME" in
+  *H200*) GPU_TAG=h200 ;;
+  *H100*) GPU_TAG=h100 ;;
+  *) GPU_TAG=gpu ;;
+esac
+[ "$GPU_TAG" = h200 ] || echo "NOTE: this GPU is '$GPU_NAME', not an H200: the committed" \
+  "predictions do not apply to what this call measures" >&2
+if [ "$LABEL" = fp8 ]; then PHASE=blend-check STUDY=$GPU_TAG-8b-chat-1205-blend
+else PHASE=blend-check-$LABEL STUDY=$GPU_TAG-8b-chat-1205-blend-$LABEL; fi
 WINDOW=${WINDOW:-8}
 # shellcheck source=scripts/device/h200_env.sh
 source scripts/device/h200_env.sh
