@@ -27,6 +27,7 @@ from advisor.errors import (
     AdvisorError,
     InputError,
     SearchSpaceError,
+    StoreError,
     StudyError,
     WorkloadError,
 )
@@ -231,8 +232,15 @@ class _JobReporter:
         self.jobs, self.uid = jobs, uid
 
     def _check(self) -> None:
-        job = self.jobs.get(self.uid)
-        self.jobs.heartbeat(self.uid)
+        try:
+            job = self.jobs.get(self.uid)
+            self.jobs.heartbeat(self.uid)
+        except StoreError as exc:
+            # A busy store must not fail the study between two trials (the next trial's own
+            # writes wait on it, with their own timeout); the cancel is read at the next check.
+            log.warning("job %s: the store did not answer a progress check (%s); going on",
+                        self.uid, exc)
+            return
         if job.cancel_requested:
             _cancel()
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from advisor.errors import StoreError
 from advisor.settings import Settings
 from knowledge import TrialStore
 from knowledge.jobs import JobStore, pid_alive
@@ -117,9 +118,18 @@ class Worker:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            self.jobs.heartbeat(job.uid)  # for workers on other hosts: this one is alive
-            current = self.jobs.get(job.uid)
-            if self._stop.is_set() or current.cancel_requested:
+            try:
+                self.jobs.heartbeat(job.uid)  # for workers on other hosts: this one is alive
+                cancel = self.jobs.get(job.uid).cancel_requested
+            except StoreError as exc:
+                # A busy store (SQLite locked past its timeout, a dropped connection) must not
+                # stop the worker: its job process dies with it and the job is lost. A missed
+                # beat is harmless (a job is abandoned only after 30 s or more without one);
+                # a cancel is read at the next poll.
+                log.warning("job %s: the store did not answer this poll (%s); polling on",
+                            job.uid, exc)
+                cancel = False
+            if self._stop.is_set() or cancel or cancel_sent is not None:
                 if cancel_sent is None:
                     cancel_sent = time.monotonic()
                     with contextlib.suppress(ProcessLookupError):

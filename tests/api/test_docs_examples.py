@@ -196,7 +196,7 @@ def test_live_worker_runs_and_cancels_a_study_then_the_server_stops_cleanly(
     while (job := httpx.get(f"{url}/v1/jobs/{job_id}").json())["status"] == "running":
         assert time.monotonic() < deadline + 30, job
         time.sleep(0.2)
-    assert job["status"] == "cancelled"
+    assert job["status"] == "cancelled", job
     store = TrialStore(server["db_url"])
     study = store.get_study("live")
     assert study is not None and study.status == StudyStatus.INTERRUPTED

@@ -15,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from advisor.errors import StoreError
+from advisor.jobs import _JobReporter
 from advisor.settings import Settings
 from advisor.worker import Worker
 from api import create_app
@@ -159,6 +161,42 @@ def test_duplicates_conflict_and_resume_continues(api: TestClient, settings: Set
     assert Worker(settings).run_once().status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
     assert api.get(f"/v1/jobs/{again['id']}").json()["progress"]["trials_finished"] == 3
     assert api.post(f"/v1/jobs/{again['id']}/cancel", headers=AUTH).status_code == 409
+
+
+def test_a_store_that_does_not_answer_a_poll_loses_no_job(
+        api: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's heartbeat failing (SQLite locked past its busy timeout, seen under CI load)
+    once stopped the worker, and its job process died with it: the job was marked failed."""
+    job = _start(api, name="busy-store", trials=3, fixed=FIXED_X,
+                 workload={"params": {"delay_s": 0.3}})
+    worker = Worker(settings)
+    beat, failed = worker.jobs.heartbeat, list[str]()
+
+    def locked_twice(uid: str) -> None:
+        if len(failed) < 2:
+            failed.append(uid)
+            raise StoreError("trial store error: (sqlite3.OperationalError) database is locked")
+        beat(uid)
+
+    monkeypatch.setattr(worker.jobs, "heartbeat", locked_twice)
+    ran = worker.run_once()
+    assert failed == [job["id"]] * 2
+    assert ran is not None and ran.status == JobStatus.SUCCEEDED, ran
+    assert api.get(f"/v1/jobs/{job['id']}").json()["progress"]["trials_finished"] == 3
+
+
+def test_a_busy_store_at_a_progress_check_does_not_fail_the_job(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside the job process: a progress check the store cannot answer is skipped, not
+    raised into the study (which would fail the job between two trials)."""
+    jobs = JobStore(TrialStore(settings.db_url))
+
+    def locked(uid: str) -> None:
+        raise StoreError("trial store error: (sqlite3.OperationalError) database is locked")
+
+    monkeypatch.setattr(jobs, "get", locked)
+    _JobReporter(jobs, "0" * 32).trial_finished(None, 1, None)  # type: ignore[arg-type]
+    jobs.store.close()
 
 
 def test_cancel_mid_study_leaves_the_store_consistent_and_resumable(
