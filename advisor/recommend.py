@@ -908,11 +908,14 @@ def _above_capacity(ctx: ContextModels, features: Mapping[str, float]) -> str | 
 
 def _curve_notes(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[str, float]
                  ) -> list[str]:
-    """A note naming the load curve that predicts ``config`` (where one does)."""
+    """A note naming the load curve that predicts ``config`` (where one does), or the
+    simulator that its knob-level prediction is blended with (where that places it)."""
     curves = ctx.load_curves
     curve = None if curves is None else curves.curve(config, features)
-    if curves is None or curve is None:
+    if curves is None:
         return []
+    if curve is None:
+        return _simulated_notes(curves, config, features)
     rate = features.get(curves.roles.rate)
     where = "seen in" if curve.seen else "borrowed from other configs; not reached in"
     notes = [f"predicted from this config's measured load curve: capacity about "
@@ -1056,6 +1059,22 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
                    predicted=_predicted(pred, 0), conservative_margins=conservative,
                    evidence=tuple(evidence), launch_command=launch, confidence=confidence,
                    confidence_reason=reason, model_quality=quality)
+
+
+def _simulated_notes(curves: Any, config: Mapping[str, Any], features: Mapping[str, float]
+                     ) -> list[str]:
+    """For a config without a load curve of its own that the context's simulator places: which
+    figures blend the knob-level prediction with it, and what the quoted error is."""
+    blend = getattr(curves, "blend_", None)
+    if blend is None or not blend.metrics or not blend.places(config, features):
+        return []
+    shown = [m for m in blend.metrics if "_p95" in m] or list(blend.metrics)
+    return [f"{', '.join(shown)}: this config has no load curve of its own; the knob-level "
+            "prediction is blended with the engine simulator, which places it from measured "
+            "configs like it (held out by config on the shipped trials the blend beat the "
+            "knob-level prediction alone: docs/knowledge.md). Its intervals are as "
+            "wide as the knob-level ones, and the held-out error quoted is the knob-level "
+            "model's"]
 
 
 def _load_bound(ctx: ContextModels, configs: list[Mapping[str, Any]],

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ import numpy as np
 from benchmarks.stores import shipped_store, temp_store
 from knowledge import TrialStatus
 from knowledge.batch_sim import FRONTEND_TOKEN_MS, Observation, RequestStream, fit_batch_models
-from knowledge.curve_blend import mix
+from knowledge.curve_blend import SIM_WEIGHT, mix
 from knowledge.curve_model import KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
@@ -261,16 +262,33 @@ def _with_choices(scores: dict, choices: list[dict[str, bool]]) -> dict:
     return scores
 
 
+#: The held-out-configs test's blends: the batch model's figure and the knob-level answer
+#: (the knob curves where they answer, else the surrogate: what an unmeasured config gets
+#: today), or the surrogate alone, as the geometric mean with the simulator weight the load
+#: curves' blend adopted (knowledge/curve_blend.py), named before these were scored.
+BLEND_SHIPPED = f"blend with the knob-level answer, w = {SIM_WEIGHT}"
+BLEND_SURROGATE = f"blend with the surrogate, w = {SIM_WEIGHT}"
+
+
+def _mixed(answer: float | None, simulated: float | None) -> float | None:
+    if answer is None or simulated is None or not answer > 0 or not simulated > 0:
+        return None
+    return mix(answer, simulated, SIM_WEIGHT)
+
+
 def held_out_configs(replay: Replay, usable: list) -> dict:
     """Leave one config out (its curve identity); the batch model of its class, fitted on the
-    class's other configs, against the knob-level curve model and the surrogate."""
+    class's other configs, against the knob-level curve model and the surrogate, and blended
+    with each (:data:`BLEND_SHIPPED`, :data:`BLEND_SURROGATE`)."""
     wl = [workload_features(t.workload_spec) for t in usable]
     rate = "rate_rps"
     identity = [config_key(t.config, w, rate, replay.unvaried) for t, w in zip(usable, wl,
                                                                                 strict=True)]
+    shipped = f"curves from knobs ({KNOB_CURVE_FAMILY})"
     errors: dict[str, dict[str, list[float]]] = {
-        m: {"batch model": [], f"curves from knobs ({KNOB_CURVE_FAMILY})": [], "surrogate": []}
-        for m in METRICS}
+        m: {"batch model": [], shipped: [], "surrogate": [], BLEND_SHIPPED: [],
+            BLEND_SURROGATE: []} for m in METRICS}
+    inside: dict[str, dict[str, list[bool]]] = {m: {} for m in METRICS}
     for held in sorted(set(identity)):
         test = [i for i, k in enumerate(identity) if k == held]
         train = [i for i, k in enumerate(identity) if k != held]
@@ -294,18 +312,45 @@ def held_out_configs(replay: Replay, usable: list) -> dict:
             for i in test:
                 t = usable[i]
                 sim = replay.predict(models, t)
-                c, _, _ = reg.predict_interval(encoder.transform([t.config], [wl[i]]))
+                c, lo, hi = reg.predict_interval(encoder.transform([t.config], [wl[i]]))
                 surrogate = float(_inverse(kind, c)[0])
                 p = knob.predict(t.config, wl[i], m) if knob is not None else None
-                row = {"batch model": _ape(sim.get(m) if sim else None, t.metrics.get(m)),
-                       f"curves from knobs ({KNOB_CURVE_FAMILY})": _ape(
-                           p[0] if p else surrogate, t.metrics.get(m)),
-                       "surrogate": _ape(surrogate, t.metrics.get(m))}
+                answer = p[0] if p else surrogate
+                simulated = sim.get(m) if sim else None
+                low, high = ((p[1], p[2]) if p else (float(_inverse(kind, lo)[0]),
+                                                     float(_inverse(kind, hi)[0])))
+                _cover(inside[m], t.metrics.get(m), answer, low, high, simulated)
+                row = {"batch model": _ape(simulated, t.metrics.get(m)),
+                       shipped: _ape(answer, t.metrics.get(m)),
+                       "surrogate": _ape(surrogate, t.metrics.get(m)),
+                       BLEND_SHIPPED: _ape(_mixed(answer, simulated), t.metrics.get(m)),
+                       BLEND_SURROGATE: _ape(_mixed(surrogate, simulated), t.metrics.get(m))}
                 scored = {name: v for name, v in row.items() if v is not None}
                 if len(scored) == len(row):  # the same trials for every candidate
                     for name, v in scored.items():
                         errors[m][name].append(v)
-    return _score(errors)
+    scores: dict[str, Any] = _score(errors)
+    for m, by in inside.items():
+        if any(by.values()):
+            scores.setdefault(m, {})["90 % interval coverage"] = {
+                name: float(np.mean(v)) for name, v in by.items() if v}
+    return scores
+
+
+def _cover(inside: dict[str, list[bool]], truth: Any, answer: float, low: float, high: float,
+           simulated: float | None) -> None:
+    """Whether ``truth`` lies inside the knob-level interval, that interval's log half-width
+    around the blend (what an answer gives since 2026-12-05) and the same widened to hold the
+    knob-level interval too (never more optimistic at either end; the first version)."""
+    blended = _mixed(answer, simulated)
+    if not isinstance(truth, int | float) or blended is None or not 0 < low <= answer <= high:
+        return
+    half = max(math.log(high / answer), math.log(answer / low))
+    around = (blended * math.exp(-half), blended * math.exp(half))
+    for name, (a, b) in (("knob level", (low, high)),
+                         ("blend, widened", (min(low, around[0]), max(high, around[1]))),
+                         ("blend, centred", around)):
+        inside.setdefault(name, []).append(a <= truth <= b)
 
 
 def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], like: str,
@@ -343,9 +388,10 @@ def predict(trials: list, configs: list[dict], runs: list[tuple[float, int]], li
 
 def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> list[dict]:
     """The committed predictions (``--predict --json``) against the trials measured after
-    them, beside what the shipped models answer for the same configs (the context's
-    predictions: load curves predicted from the knobs where they answer, else the surrogate),
-    fitted on the shipped trials only."""
+    them, beside what the shipped models answer for the same configs, fitted on the shipped
+    trials only: the context's predictions (since 2026-12-05 the knob-level answer blended with
+    the context's simulator where that places the config) and the knob-level answer alone
+    (load curves predicted from the knobs where they answer, else the surrogate)."""
     from knowledge.surrogate import fit_context
 
     rows = json.loads(predictions.read_text())
@@ -367,21 +413,37 @@ def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> li
                     and all(t.config.get(k) == v for k, v in r["config"].items())), None)
         if row is None or not row["predicted"]:
             continue
-        today = models.predict([t.config], workload_features(t.workload_spec), METRICS)
+        features = workload_features(t.workload_spec)
+        today = models.predict([t.config], features, METRICS)
+        blend, models.load_curves.blend_ = models.load_curves.blend_, None  # type: ignore[union-attr]
+        try:
+            knob_level = models.predict([t.config], features, METRICS)
+        finally:
+            models.load_curves.blend_ = blend  # type: ignore[union-attr]
         entry = {"config": row["config"], "rate_rps": row["rate_rps"], "seed": row["seed"],
                  "validity": t.details.get("validity"), "measured": {}, "simulator": {},
-                 "shipped models": {}}
+                 "shipped models": {}, "knob level": {}, "shipped interval": {},
+                 "knob-level interval": {}}
         for m in METRICS:
             truth = t.metrics.get(m)
             entry["measured"][m] = truth
             entry["simulator"][m] = row["predicted"][m]
             entry["shipped models"][m] = float(today[m][0][0]) if m in today else None
+            entry["knob level"][m] = float(knob_level[m][0][0]) if m in knob_level else None
+            for name, got in (("shipped interval", today), ("knob-level interval", knob_level)):
+                entry[name][m] = ([float(got[m][1][0]), float(got[m][2][0])] if m in got
+                                  else None)
         out.append(entry)
         print(f"{json.dumps(row['config']):52} {row['rate_rps']:5.1f} req/s  " + "  ".join(
             f"{m} {entry['measured'][m]:8.1f} sim {entry['simulator'][m]:8.1f} "
             f"models {entry['shipped models'][m] or float('nan'):8.1f}" for m in METRICS))
     for m in METRICS:
-        for name in ("simulator", "shipped models"):
+        for name in ("shipped interval", "knob-level interval"):
+            held = [e["measured"][m] for e in out if e[name][m] is not None]
+            inside = sum(e[name][m][0] <= e["measured"][m] <= e[name][m][1] for e in out
+                         if e[name][m] is not None)
+            print(f"{m:20} {name:19} n={len(held):2d}  inside the 90 % interval: {inside}")
+        for name in ("simulator", "shipped models", "knob level"):
             errs = [abs(e[name][m] - e["measured"][m]) / e["measured"][m] for e in out
                     if e[name][m] is not None and e["measured"][m]]
             if errs:
@@ -461,9 +523,14 @@ def main() -> None:
             for m, cands in by_metric.items():
                 if not cands:  # no trial of this test in this context (e.g. one step class)
                     continue
+                scored = {name: s for name, s in cands.items() if "mape" in s}
+                if not scored:
+                    continue
                 line = "  ".join(f"{name} {s['mape']:6.1%} (median {s['median_ape']:5.1%})"
-                                 for name, s in cands.items())
-                n = next(iter(cands.values()))["n"]
+                                 for name, s in scored.items())
+                if (cover := cands.get("90 % interval coverage")):
+                    line += "  coverage " + ", ".join(f"{k} {v:.0%}" for k, v in cover.items())
+                n = next(iter(scored.values()))["n"]
                 print(f"{label:40} {test:17} {m:20} n={n:3d}  {line}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

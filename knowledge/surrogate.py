@@ -1157,21 +1157,40 @@ def _with_curves(curves: LoadCurves | None, configs: Sequence[Mapping[str, Any]]
                  ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``out`` with each config's load-curve prediction in place of the surrogate's, for the
     metrics its curve models; a config with no curve of its own takes the curve ``knob``
-    predicts from its knobs, where that model answers (else the surrogate's stands)."""
+    predicts from its knobs, where that model answers (else the surrogate's stands), blended
+    with the context's simulator where that places the config
+    (:meth:`knowledge.curve_blend.CurveBlend.predict_unmeasured`)."""
     if curves is None:
         return out
     uncurved = [i for i, config in enumerate(configs) if curves.curve(config, workload) is None]
     from_knobs = (knob.predict_many([configs[i] for i in uncurved], workload, list(out))
                   if knob is not None and uncurved else None) or {}
+    unmeasured = set(uncurved)
     for name, (c, lo, hi) in out.items():
         knob_p = dict(zip(uncurved, from_knobs.get(name, []), strict=False))
         for i, config in enumerate(configs):
-            p = curves.predict(config, workload, name)
-            if p is None:
-                p = knob_p.get(i)
+            p = (_unmeasured_answer(curves, config, workload, name, knob_p.get(i),
+                                    (c[i], lo[i], hi[i])) if i in unmeasured
+                 else curves.predict(config, workload, name))
             if p is not None:
                 c[i], lo[i], hi[i] = p
     return out
+
+
+def _unmeasured_answer(curves: LoadCurves, config: Mapping[str, Any],
+                       workload: Mapping[str, float], metric: str,
+                       from_knobs: tuple[float, float, float] | None,
+                       surrogate: tuple[float, float, float]
+                       ) -> tuple[float, float, float] | None:
+    """The answer for a config with no load curve of its own: the curve its knobs predict
+    (``from_knobs``), else the ``surrogate``'s, blended with the context's simulator where that
+    places the config; None where the surrogate's answer stands as it is."""
+    blend = getattr(curves, "blend_", None)
+    if blend is None:
+        return from_knobs
+    value, low, high = from_knobs if from_knobs is not None else surrogate
+    return blend.predict_unmeasured(config, workload, metric, float(value), float(low),
+                                    float(high)) or from_knobs
 
 
 def fit_knob_curves(curves: LoadCurves | None, encoder: FeatureEncoder
@@ -1404,9 +1423,13 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                 low, high = _inverse(kind, lo), _inverse(kind, hi)
                 for j, t in enumerate(held):
                     point = workload_features(t.workload_spec)
-                    p = curves.predict(t.config, point, metric)
-                    if p is None and knob is not None and curves.curve(t.config, point) is None:
-                        p = knob.predict(t.config, point, metric)
+                    if curves.curve(t.config, point) is None:
+                        p = _unmeasured_answer(
+                            curves, t.config, point, metric,
+                            knob.predict(t.config, point, metric) if knob is not None else None,
+                            (value[j], low[j], high[j]))
+                    else:
+                        p = curves.predict(t.config, point, metric)
                     if p is not None:
                         value[j], low[j], high[j] = p
                 c, lo, hi = (_forward(kind, np.maximum(a, 1e-300) if kind == "log" else a)

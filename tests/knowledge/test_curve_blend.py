@@ -143,3 +143,37 @@ def test_a_simulator_that_only_errs_low_is_not_chosen_for_a_lower_mape() -> None
     mixed = [math.sqrt(p * 10.0) for _, _, p, _, _ in held]
     assert sum(abs(m - 100) / 100 for m in mixed) / n < sum(
         abs(p - 100) / 100 for _, _, p, _, _ in held) / n
+
+
+def test_an_unmeasured_config_the_simulator_places_blends_its_knob_level_answer() -> None:
+    """A config without a curve of its own: the knob-level answer's geometric mean with the
+    simulator's figure, inside the knob-level interval's wider log half-width; a metric the
+    context does not blend, or a config the simulator cannot place, keeps the knob-level
+    answer (None)."""
+    curves, data = fitted()
+    blend = fit_blend(curves, Scripted(), *data)
+    assert blend is not None
+    workload = {"rate_rps": 60.0, "prompt_len": 256.0}
+    sim = truth("a", 60.0)["ttft_p95_ms"]
+    value, low, high = 4.0 * sim, 2.0 * sim, 16.0 * sim  # a knob-level answer far too high
+    got = blend.predict_unmeasured({"knob": "a"}, workload, "ttft_p95_ms", value, low, high)
+    assert got is not None
+    mixed, lo, hi = got
+    assert mixed == pytest.approx(math.exp((1 - SIM_WEIGHT) * math.log(value)
+                                           + SIM_WEIGHT * math.log(sim)))
+    # The knob-level answer's wider log half-width (log 4, above it) around the blend.
+    assert lo == pytest.approx(mixed / 4.0) and hi == pytest.approx(mixed * 4.0)
+    assert blend.predict_unmeasured({"knob": "a"}, workload, "output_tokens_per_s",
+                                    value, low, high) is None
+    assert blend.predict_unmeasured({"knob": "a"}, workload, "ttft_p95_ms",
+                                    value, value * 2, high) is None  # not an interval
+
+    class Partial(Scripted):
+        def predict(self, config: Mapping[str, Any], workload: Mapping[str, float]
+                    ) -> dict[str, float] | None:
+            return None if config["knob"] == "new" else super().predict(config, workload)
+
+    partial = fit_blend(curves, Partial(), *data)
+    assert partial is not None and not partial.places({"knob": "new"}, workload)
+    assert partial.predict_unmeasured({"knob": "new"}, workload, "ttft_p95_ms",
+                                      value, low, high) is None

@@ -116,3 +116,45 @@ def test_an_answer_says_its_figures_are_blended_and_quotes_the_blends_error(
     mape, n = ctx.load_curves.blend_.rate_error["tpot_p95_ms"][band]
     assert quality["tpot_p95_ms"]["mape"] == pytest.approx(mape)
     assert quality["tpot_p95_ms"]["n"] == n
+
+
+def test_an_unmeasured_config_of_a_measured_class_blends_the_knob_level_answer(
+        trials: list) -> None:
+    """The 3B's one config with other batch limits has no curve of its own: the simulator
+    places it from the measured config, so its blended figures (TPOT p95 here) are the
+    knob-level answer's geometric mean with the simulator's, inside the knob-level interval's
+    wider log half-width; the rest are the knob-level answer."""
+    from advisor.recommend import _curve_notes
+    from knowledge.surrogate import context_of, fit_context
+
+    ctx = fit_context(context_of(trials[0]), trials, score=False)
+    assert ctx.load_curves is not None and ctx.load_curves.blend_ is not None
+    blend = ctx.load_curves.blend_
+    features = workload_features(trials[0].workload_spec)
+    measured = trials[0].config
+    other = {**measured, blend.simulation.slots: 48}
+    assert ctx.curve_of(other, features) is None and blend.places(other, features)
+    metrics = ["tpot_p95_ms", "ttft_p95_ms"]
+    got = ctx.predict([other], features, metrics)
+    ctx.load_curves.blend_ = None
+    try:
+        knob_level = ctx.predict([other], features, metrics)
+    finally:
+        ctx.load_curves.blend_ = blend
+    sim = blend.figures(other, features)
+    assert sim is not None
+    value, low, high = (float(a[0]) for a in got["tpot_p95_ms"])
+    ref, ref_low, ref_high = (float(a[0]) for a in knob_level["tpot_p95_ms"])
+    assert value == pytest.approx(math.sqrt(ref * sim["tpot_p95_ms"]))
+    half = max(math.log(ref_high / ref), math.log(ref / ref_low))
+    assert math.log(high / value) == pytest.approx(half)
+    assert math.log(value / low) == pytest.approx(half)
+    assert [float(a[0]) for a in got["ttft_p95_ms"]] == [
+        float(a[0]) for a in knob_level["ttft_p95_ms"]]
+    notes = _curve_notes(ctx, other, features)
+    assert any("blended with the engine simulator" in n and "tpot_p95_ms" in n
+               for n in notes), notes
+    # A config the simulator cannot place (a step class never measured) is not blended.
+    unplaced = {**measured, "block_size": 128}
+    assert not blend.places(unplaced, features)
+    assert _curve_notes(ctx, unplaced, features) == []
