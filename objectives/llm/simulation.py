@@ -33,10 +33,17 @@ from knowledge.batch_sim import (
 )
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
 
-__all__ = ["SEEDS", "SEED_OFFSET", "LLMSimulation", "first_token_ms", "fit", "mean_step_ms"]
+__all__ = ["SEEDS", "SEED_OFFSET", "UNMEASURED_SEEDS", "LLMSimulation", "first_token_ms", "fit",
+           "mean_step_ms"]
 
-#: Streams simulated per asked workload (figures are their geometric mean).
+#: Streams simulated per asked workload for a config measured with its batch limits (figures
+#: are their geometric mean).
 SEEDS = 3
+#: Streams simulated for a config whose batch limits were never measured in its step class:
+#: its figures only blend a knob-level answer whose interval width they keep
+#: (knowledge/curve_blend.py), and a question simulates about a hundred such candidates, so one
+#: stream each (docs/knowledge.md gives what that cost and changed).
+UNMEASURED_SEEDS = 1
 #: The seeds of those streams start this far above the stored workload's own.
 SEED_OFFSET = 1000
 #: The frontend costs the fit chooses from: none. Choosing among the simulator's frontend costs
@@ -91,6 +98,8 @@ class LLMSimulation:
         self.unvaried = unvaried
         self.models = dict(models)
         self.templates = [dict(t) for t in templates]
+        #: (step class, batch slots, token budget) of every config the fit saw.
+        self.measured: set[tuple[str, int, int]] = set()
 
     def step_class(self, config: Mapping[str, Any]) -> str:
         rest = {k: v for k, v in config.items()
@@ -113,8 +122,9 @@ class LLMSimulation:
         return min(same, key=lambda t: (abs(math.log(t["arrival"]["rate_rps"] / rate)),
                                         json.dumps(t, sort_keys=True)))
 
-    def streams(self, workload: Mapping[str, float]) -> list[RequestStream]:
-        """The :data:`SEEDS` streams replayed for ``workload`` (none where no template fits)."""
+    def streams(self, workload: Mapping[str, float], seeds: int = SEEDS
+                ) -> list[RequestStream]:
+        """The ``seeds`` streams replayed for ``workload`` (none where no template fits)."""
         base = self.template(workload)
         if base is None:
             return []
@@ -125,17 +135,20 @@ class LLMSimulation:
         moved = {**base, "arrival": {**base["arrival"], "rate_rps": rate},
                  "n_requests": max(1, round(window * rate))}
         seed = int(base.get("seed", 0)) + SEED_OFFSET
-        return [_stream({**moved, "seed": seed + k}) for k in range(SEEDS)]
+        return [_stream({**moved, "seed": seed + k}) for k in range(seeds)]
 
     def predict(self, config: Mapping[str, Any], workload: Mapping[str, float]
                 ) -> dict[str, float] | None:
         """The client's figures of ``config`` at ``workload``: the geometric mean over the
-        :data:`SEEDS` streams of each figure every stream gave, or None (see the class)."""
-        model = self.models.get(self.step_class(config))
-        streams = self.streams(workload) if model is not None else []
+        streams (:data:`SEEDS` for batch limits measured in the config's class, else
+        :data:`UNMEASURED_SEEDS`) of each figure every stream gave, or None (see the class)."""
+        cls = self.step_class(config)
+        model = self.models.get(cls)
+        slots, budget = self.limits(config)
+        seeds = SEEDS if (cls, slots, budget) in self.measured else UNMEASURED_SEEDS
+        streams = self.streams(workload, seeds) if model is not None else []
         if model is None or not streams:
             return None
-        slots, budget = self.limits(config)
         logs: dict[str, list[float]] = {}
         for stream in streams:
             for name, value in model.predict(stream, slots, budget).items():
@@ -191,6 +204,7 @@ def fit(trials: Sequence[Any]) -> LLMSimulation | None:
         params = t.workload_spec["params"]
         stream = _stream(params)
         slots_n, budget_n = sim.limits(t.config)
+        sim.measured.add((sim.step_class(t.config), slots_n, budget_n))
         classes.setdefault(sim.step_class(t.config), []).append(Observation(
             stream, slots_n, budget_n, step_ms, t.metrics,
             first_token_ms((t.details or {}).get("requests"), len(stream.arrivals_s))))

@@ -134,6 +134,10 @@ def test_an_unmeasured_config_of_a_measured_class_blends_the_knob_level_answer(
     measured = trials[0].config
     other = {**measured, blend.simulation.slots: 48}
     assert ctx.curve_of(other, features) is None and blend.places(other, features)
+    # Its limits were never measured in its class: one replayed stream, not SEEDS.
+    sim_of = blend.simulation
+    assert (sim_of.step_class(measured), *sim_of.limits(measured)) in sim_of.measured
+    assert (sim_of.step_class(other), *sim_of.limits(other)) not in sim_of.measured
     metrics = ["tpot_p95_ms", "ttft_p95_ms"]
     got = ctx.predict([other], features, metrics)
     ctx.load_curves.blend_ = None
