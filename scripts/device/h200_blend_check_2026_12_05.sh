@@ -44,8 +44,12 @@ case "$GPU_NAME" in
   *H100*) GPU_TAG=h100 ;;
   *) GPU_TAG=gpu ;;
 esac
-[ "$GPU_TAG" = h200 ] || echo "NOTE: this GPU is '$GPU_NAME', not an H200: the committed" \
-  "predictions do not apply to what this call measures" >&2
+if [ "$GPU_TAG" != h200 ]; then
+  echo "NOTE: this GPU is '$GPU_NAME', not an H200: the committed predictions do not apply" \
+    "to what this call measures" >&2
+  # REQUIRE_H200=1: stop here, before the engine starts (the call then costs only its start).
+  [ "${REQUIRE_H200:-0}" = 1 ] && { echo "REQUIRE_H200=1: stopping" >&2; exit 3; }
+fi
 if [ "$LABEL" = fp8 ]; then PHASE=blend-check STUDY=$GPU_TAG-8b-chat-1205-blend
 else PHASE=blend-check-$LABEL STUDY=$GPU_TAG-8b-chat-1205-blend-$LABEL; fi
 WINDOW=${WINDOW:-8}
