@@ -3,6 +3,11 @@
 # payload that ../shared/vllm-h200/build_payload.sh writes) and .whl (optuna, sqlalchemy,
 # sqlmodel, ... wheels for Python 3.12, which the device image lacks).
 #
+# The device tool carries at most 64 MiB with the tracked tree: on 2026-12-05 the payload (51 MB),
+# the tree (~11 MB) and these wheels only fit with greenlet left out (SQLAlchemy needs it for
+# asyncio only) and SQLAlchemy's wheel repacked without its compiled speedups (its pure-Python
+# fallback runs the same; drop the *.so entries and their RECORD lines).
+#
 # DEVICE_DB (default /tmp/advisor-h200.db) is the store; DEVICE_IMPORT_SHIPPED (default 0)
 # whether it starts with the shipped knowledge.
 mkdir -p "$OUT"
