@@ -23,13 +23,13 @@ its gate flagged, with the flag).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from knowledge.transfer import read_trials_text
 from objectives.slo import parse_slo
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
@@ -43,12 +43,7 @@ def measured_rounds(paths: list[Path], hardware_key: str, model: str | None = No
     rounds: dict[tuple[str, float], list[dict[str, Any]]] = {}
     elsewhere: set[str] = set()
     for path in paths:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt") as f:
-                text = f.read()
-        else:
-            text = path.read_text()
-        for line in text.splitlines():
+        for line in read_trials_text(path).splitlines():
             if not line.strip():
                 continue
             row = json.loads(line)

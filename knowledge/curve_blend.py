@@ -139,14 +139,22 @@ class CurveBlend:
                 ) -> tuple[float, float, float] | None:
         """(value, low, high) of the blend where ``metric`` is blended and the simulator places
         the config, else None (the curve answers alone)."""
-        if metric not in self.metrics:
+        value = self._blended(config, workload, metric, curve_value)
+        if value is None:
             return None
-        sim = (self.figures(config, workload) or {}).get(metric)
-        if sim is None or not sim > 0 or not curve_value > 0:
-            return None
-        value = mix(curve_value, float(sim), self.weight)
         half = pooled_half_width(self.half_width[metric], band, support)
         return value, value * math.exp(-half), value * math.exp(half)
+
+    def _blended(self, config: Mapping[str, Any], workload: Mapping[str, float], metric: str,
+                 value: float) -> float | None:
+        """``value`` mixed with the simulator's figure, where ``metric`` is blended here and the
+        simulator places ``config``; else None."""
+        if metric not in self.metrics or not value > 0:
+            return None
+        sim = (self.figures(config, workload) or {}).get(metric)
+        if sim is None or not sim > 0:
+            return None
+        return mix(value, float(sim), self.weight)
 
     def predict_unmeasured(self, config: Mapping[str, Any], workload: Mapping[str, float],
                            metric: str, value: float, low: float, high: float
@@ -162,12 +170,11 @@ class CurveBlend:
         residuals calibrate it per context, so the interval is the knob-level one's log
         half-width (its wider side) around the blend: on both of those tests it held at least
         as many measurements as the knob-level interval."""
-        if metric not in self.metrics or not (0 < low <= value <= high):
+        if not 0 < low <= value <= high:
             return None
-        sim = (self.figures(config, workload) or {}).get(metric)
-        if sim is None or not sim > 0:
+        blended = self._blended(config, workload, metric, value)
+        if blended is None:
             return None
-        blended = mix(value, float(sim), self.weight)
         half = max(math.log(high / value), math.log(value / low))
         return blended, blended * math.exp(-half), blended * math.exp(half)
 

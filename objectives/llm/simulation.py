@@ -204,8 +204,9 @@ def fit(trials: Sequence[Any]) -> LLMSimulation | None:
         params = t.workload_spec["params"]
         stream = _stream(params)
         slots_n, budget_n = sim.limits(t.config)
-        sim.measured.add((sim.step_class(t.config), slots_n, budget_n))
-        classes.setdefault(sim.step_class(t.config), []).append(Observation(
+        cls = sim.step_class(t.config)
+        sim.measured.add((cls, slots_n, budget_n))
+        classes.setdefault(cls, []).append(Observation(
             stream, slots_n, budget_n, step_ms, t.metrics,
             first_token_ms((t.details or {}).get("requests"), len(stream.arrivals_s))))
         templates.setdefault(json.dumps(params, sort_keys=True), dict(params))
