@@ -64,6 +64,28 @@ def _rendezvous(directory: Path, n: int, timeout_s: float = 20.0) -> None:
         (directory / "gave-up").touch()
 
 
+def _hold_after(directory: Path, n: int, timeout_s: float = 120.0) -> None:
+    """Trials past the ``n``-th to reach this point wait (up to ``timeout_s``) until a file
+    ``release`` appears in ``directory``: a test that kills a sweep then knows trials are
+    running at that moment, instead of hoping its kill lands inside one (on a loaded 2-core
+    machine both workers were sometimes between trials). Each trial takes the next ordinal with
+    an exclusive create, so two trials starting together never both count as the ``n``-th."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ordinal = 1
+    while True:
+        try:
+            os.close(os.open(directory / f"trial-{ordinal}", os.O_CREAT | os.O_EXCL))
+            break
+        except FileExistsError:
+            ordinal += 1
+    if ordinal <= n:
+        return
+    (directory / f"held-{ordinal}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not (directory / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class ScriptedTarget(Target):
     name = "scripted"
     engine = "scripted"
@@ -95,6 +117,8 @@ class ScriptedTarget(Target):
         x = float(config["x"])
         if rendezvous := workload.params.get("rendezvous_dir"):
             _rendezvous(Path(rendezvous), int(workload.params.get("rendezvous_n", 2)))
+        if hold := workload.params.get("hold_dir"):
+            _hold_after(Path(hold), int(workload.params.get("hold_after", 0)))
         if x >= CRASH_X:
             os.abort()
         if x >= HANG_X:

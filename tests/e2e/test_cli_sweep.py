@@ -87,7 +87,11 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path: Pat
            "ADVISOR_IMPORT_SHIPPED": "false", "ADVISOR_HEARTBEAT_INTERVAL_S": "1",
            "COLUMNS": "200"}
     name = f"kill{uuid.uuid4().hex[:6]}"
-    path = sweep_file(tmp_path, name, [scripted_cell("a", delay_s=0.8),
+    # Cell a's trials after its 3rd wait until released: the kill lands while both workers
+    # run one (a kill timed on polling alone sometimes found both between trials).
+    hold = tmp_path / "hold"
+    path = sweep_file(tmp_path, name, [scripted_cell("a", delay_s=0.3, hold_dir=str(hold),
+                                                     hold_after=3),
                                        scripted_cell("b", delay_s=0.2, qps_scale=2.0)],
                       trials=7, repeats=1)
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "sweep", "run", str(path),
@@ -98,9 +102,9 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path: Pat
     first = f"{name}@"
     deadline = time.monotonic() + 120
     running_pids: set[int] = set()
-    while time.monotonic() < deadline:  # kill once trials are both finished and running
+    while time.monotonic() < deadline:  # kill once 3 trials finished and the next ones wait
         studies = [s for s in store.list_studies("scripted") if s.name.startswith(first)]
-        if studies:
+        if studies and len(list(hold.glob("held-*"))) >= 2:
             trials = store.trials_of_study(studies[0].id or 0)
             running = [t for t in trials if t.status == TrialStatus.RUNNING]
             if sum(t.status in TrialStatus.FINISHED for t in trials) >= 3 and running:
@@ -117,6 +121,7 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path: Pat
         time.sleep(0.2)
     assert not any(pid_alive(p) for p in running_pids), "workers outlived the killed sweep"
 
+    (hold / "release").touch()
     rerun = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
     assert rerun.returncode == 0, rerun.stderr
     summary = summary_of(rerun)
