@@ -157,9 +157,33 @@ def test_a_config_with_few_rates_borrows_the_shape() -> None:
         assert pb[0] == pytest.approx(truth("b", rate)["ttft_p95_ms"], rel=0.25), rate
 
 
-def _llm_trials(noise: float = 0.03) -> list:
-    """TrialRecords of the queue truth above: configs "a" and "b" at every rate, and config "c"
-    (capacity of "a") measured at one rate only, as a one-off study would leave it."""
+def test_below_its_lowest_measured_rate_a_latency_is_bounded_by_its_value_there() -> None:
+    """A config measured only near and past capacity says nothing about its floor: below its
+    lowest rate the upper end of a latency's interval is at least that rate's (a latency does
+    not fall as the rate grows), however the curve's own floor reads there. Rates within its
+    range, and throughputs, keep the curve's interval."""
+    configs, workloads, measured = rows(0.05, seed=4, rates=(80.0, 100.0, 110.0))
+    keep = [i for i, c in enumerate(configs) if c["knob"] == "a"]
+    configs, workloads, measured = ([x[i] for i in keep] for x in (configs, workloads, measured))
+    curves = LoadCurves(roles=roles_of(measured)).fit(configs, workloads, measured)
+    at = {r: curves.predict({"knob": "a"}, {"rate_rps": r, "prompt_len": 256.0}, "ttft_p95_ms")
+          for r in (20.0, 50.0, 80.0, 95.0)}
+    assert all(p is not None for p in at.values())
+    low, lowest = at[20.0], at[80.0]
+    assert low is not None and lowest is not None
+    assert low[2] >= lowest[2] and low[1] <= low[0] <= low[2]
+    assert truth("a", 20.0)["ttft_p95_ms"] <= low[2]
+    inside = at[95.0]
+    assert inside is not None and inside[2] < 2 * inside[0]  # within its range: its own width
+    tput = [curves.predict({"knob": "a"}, {"rate_rps": r, "prompt_len": 256.0},
+                           "output_tokens_per_s") for r in (20.0, 80.0)]
+    assert tput[0] is not None and tput[1] is not None and tput[0][2] < tput[1][2]
+
+
+def _llm_trials(noise: float = 0.03, rates: tuple[float, ...] = RATES) -> list:
+    """TrialRecords of the queue truth above: configs "a" and "b" at every rate (of ``rates``),
+    and config "c" (capacity of "a") measured at one rate only, as a one-off study would leave
+    it."""
     import hashlib
 
     from knowledge import TrialRecord
@@ -167,8 +191,8 @@ def _llm_trials(noise: float = 0.03) -> list:
 
     rng = random.Random(3)
     out: list[TrialRecord] = []
-    for config, rates in (("a", RATES), ("b", RATES), ("c", (50.0,))):
-        for rate in rates:
+    for config, at in (("a", rates), ("b", rates), ("c", (50.0,))):
+        for rate in at:
             spec = {"kind": "llm-serving", "name": f"chat@{rate}",
                     "params": {"arrival": {"process": "poisson", "rate_rps": rate},
                                "prompt_len": 256, "output_len": 128}}
@@ -183,6 +207,24 @@ def _llm_trials(noise: float = 0.03) -> list:
                              for m, v in truth("a" if config == "c" else config,
                                                rate).items()}))
     return out
+
+
+def test_below_every_measured_rate_no_answer_promises_less_latency_than_at_the_lowest() -> None:
+    """A context that measured one config only at and past its capacity (as a fold of the 1B's
+    held-out-config audit trains on) knows no latency floor: asked below its lowest rate, the
+    measured config, the same settings recorded without a knob added later, and an unmeasured
+    config get a latency's upper end no lower than their own at that rate."""
+    from knowledge.surrogate import ContextKey, fit_context
+
+    trials = [t for t in _llm_trials(rates=(80.0, 100.0, 110.0)) if t.config["knob"] == "a"]
+    for t in trials:
+        t.config = {"knob": "a", "tp": 1}
+    ctx = fit_context(ContextKey("scripted-llm", "h", "m", "v"), trials, score=False)
+    configs = [{"knob": "a", "tp": 1}, {"knob": "a"}, {"knob": "d", "tp": 1}]
+    low = ctx.predict(configs, {"rate_rps": 20.0, "prompt_len": 256.0, "output_len": 128.0})
+    lowest = ctx.predict(configs, {"rate_rps": 80.0, "prompt_len": 256.0, "output_len": 128.0})
+    assert np.all(low["ttft_p95_ms"][2] >= lowest["ttft_p95_ms"][2])
+    assert np.all(low["ttft_p95_ms"][0] <= low["ttft_p95_ms"][2])
 
 
 def test_held_out_rates_are_scored_apart_from_configs_measured_there_only() -> None:
