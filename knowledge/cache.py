@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 #: 5: the HNSW queue work term and the fitted cost law; 6: per-config load curves; 7: curve
 #: identity without unvaried knobs, latencies always curved; 8: the curves' held-out-rate error;
 #: 9: the knob-level model of the curves; 10: the curves' blend with a simulator; 11: the
-#: blend's scores as a BlendScore; 12: the LLM simulator's measured batch limits).
-CACHE_FORMAT = 12
+#: blend's scores as a BlendScore; 12: the LLM simulator's measured batch limits; 13: no MAPE
+#: for a metric measured at zero, coverage with latencies bounded below the measured rates).
+CACHE_FORMAT = 13
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 

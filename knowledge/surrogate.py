@@ -1489,6 +1489,12 @@ def cross_validate(key: ContextKey, trials: Sequence[TrialRecord], *, family: st
                               / max(abs(truth), 1e-12))
                 seen.append(known[rows[0]])
         floor, floor_n = noise_floor(usable, metric)
+        if not np.all(np.abs(y) > 0):
+            # A relative error of a measured zero is undefined (a count of cut requests is
+            # mostly 0): dividing by a tiny floor printed MAPEs of 10^15 % in the cheat-sheet.
+            out[metric] = MetricScore(metric, len(y), n_groups, None, float(np.mean(inside)), k,
+                                      floor, floor_n)
+            continue
         split: dict[str, Any] = {}
         if group_by == "workload":
             elsewhere = [e for e, s in zip(errors, seen, strict=True) if s]

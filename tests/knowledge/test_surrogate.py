@@ -59,6 +59,19 @@ def test_intervals_are_ordered_and_cover_held_out_points(family: str) -> None:
     assert 0.75 <= coverage <= 1.0, coverage
 
 
+def test_no_mape_for_a_metric_measured_at_zero(syn_store: TrialStore) -> None:
+    """A relative error of a measured zero is undefined: a count that is mostly 0 (cut
+    requests) gets no MAPE (the cheat-sheet printed 10^15 %), still its coverage."""
+    trials = syn_store.list_trials()
+    for i, t in enumerate(trials):
+        t.metrics = {**t.metrics, "cut_requests": float(i % 3 == 0)}
+    scores = cross_validate(context_of(trials[0]), trials, folds=3,
+                            metrics=["cut_requests", "qps"])
+    assert scores["cut_requests"].mape is None
+    assert scores["cut_requests"].coverage is not None
+    assert scores["qps"].mape is not None
+
+
 def test_regressor_validates_family_and_fit_state() -> None:
     with pytest.raises(ValueError, match="family"):
         IntervalRegressor(family="magic")
