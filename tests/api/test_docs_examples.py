@@ -82,8 +82,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 def _run(block: str, server: dict[str, Any]) -> str:
     env = {**server["env"], "ADVISOR_URL": server["url"], "ADVISOR_API_KEY": KEY}
     # -e -u but not pipefail: like a reader's shell, `curl ... | head` may end curl early.
+    # The limit guards against a hang, it is no speed target (those live in benchmarks/): the
+    # first cheat-sheet question builds the target's sheet, ~38 s on a quiet 2-core VM, and a
+    # 60-s limit failed once under extra load.
     done = subprocess.run(["bash", "-eu", "-c", block], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"{block}\n--- exit {done.returncode}, stderr ---\n{done.stderr}"
     return done.stdout
 
