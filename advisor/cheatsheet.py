@@ -11,7 +11,7 @@ drawn by matplotlib) live in knowledge/render.py and knowledge/plots.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,7 +231,8 @@ def _importance(ctx: ContextModels, config: Mapping[str, Any] | None,
             for k, v in sorted(spreads.items(), key=lambda kv: -kv[1])}
 
 
-def _stage_budget(ctx: ContextModels, config: Mapping[str, Any] | None, w: WorkloadPoint
+def _stage_budget(ctx: ContextModels, config: Mapping[str, Any] | None, w: WorkloadPoint,
+                  hashes: frozenset[str]
                   ) -> tuple[dict[str, float], str]:
     """Mean ms per pipeline stage: predicted at ``config``, else measured at ``w``'s trials."""
     from objectives.rag.pipeline import STAGES
@@ -243,15 +244,17 @@ def _stage_budget(ctx: ContextModels, config: Mapping[str, Any] | None, w: Workl
         predicted = ctx.predict([dict(config)], w.features, metrics)
         return ({m.removesuffix("_mean_ms"): float(predicted[m][0][0]) for m in metrics},
                 "predicted")
-    idx = [i for i, h in enumerate(ctx.trial_workload) if h == w.spec_hash]
+    idx = [i for i, h in enumerate(ctx.trial_workload) if h in hashes]
     measured = {m: [ctx.measured[i][m] for i in idx if m in ctx.measured[i]] for m in metrics}
     return ({m.removesuffix("_mean_ms"): float(np.mean(v)) for m, v in measured.items() if v},
             "measured (mean of the workload's trials)")
 
 
-def _pareto(ctx: ContextModels, w: WorkloadPoint, objective: str, latency: str
-            ) -> dict[str, Any]:
-    idx = [i for i, h in enumerate(ctx.trial_workload) if h == w.spec_hash
+def _pareto(ctx: ContextModels, w: WorkloadPoint, hashes: frozenset[str], objective: str,
+            latency: str) -> dict[str, Any]:
+    """The measured (latency, objective) points of the workloads ``hashes`` (``w``'s class)
+    and their Pareto front."""
+    idx = [i for i, h in enumerate(ctx.trial_workload) if h in hashes
            and objective in ctx.measured[i] and latency in ctx.measured[i]]
     points = [(ctx.measured[i][latency], ctx.measured[i][objective]) for i in idx]
     front = pareto_front(points, x_lower_better=True,
@@ -291,6 +294,19 @@ def _figures(ctx: ContextModels, kind: str, kept: list[tuple[str, WorkloadPoint]
     return out
 
 
+def _distinct_workloads(workloads: Sequence[WorkloadPoint]
+                        ) -> list[tuple[WorkloadPoint, list[WorkloadPoint]]]:
+    """One entry per class name and features (its first stored workload), with every stored
+    workload that shares them: workloads that differ only in what no model reads (a seed, a
+    drain limit, ``4`` against ``4.0``) get the same answer, and the sheet printed it once per
+    stored spec (four identical rows per tier at 60 and 75 req/s on the H200 8B shape)."""
+    groups: dict[str, list[WorkloadPoint]] = {}
+    for w in workloads:
+        key = canonical_json([_class_name(w), w.features])
+        groups.setdefault(key, []).append(w)
+    return [(same[0], same) for same in groups.values()]
+
+
 def build_cheatsheet(store: TrialStore, *, target: str | None = None,
                      hardware: str | None = None, model: str | None = None,
                      workload_class: str | None = None, tier: str | None = None,
@@ -317,12 +333,13 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
         pareto: list[dict[str, Any]] = []
         kept: list[tuple[str, WorkloadPoint]] = []
         recommended: dict[tuple[str, str], dict[str, Any] | None] = {}
-        for w in ctx.workloads:
+        for w, members in _distinct_workloads(ctx.workloads):
             name = _class_name(w)
             if workload_class and workload_class.lower() not in name.lower():
                 continue
-            kept.append((name, w))
-            front = _pareto(ctx, w, pareto_obj, pareto_lat)
+            kept.extend((name, same) for same in members)
+            hashes = frozenset(same.spec_hash for same in members)
+            front = _pareto(ctx, w, hashes, pareto_obj, pareto_lat)
             # Drawn only where it is the context's main figure: vector indexes get recall
             # against QPS, serving workloads latency against rate or their top knob (a serving
             # front at one arrival rate is flat: throughput is the rate, not the config).
@@ -334,14 +351,14 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
                     hardware=key.hardware_key, model=key.model, workload=dict(w.features)),
                     models=models)
                 obj_metric = t.objective.split(":", 1)[1]
-                recommended[(w.spec_hash, t.name)] = rec.config
-                budget, source = _stage_budget(ctx, rec.config, w)
+                recommended.update({(same.spec_hash, t.name): rec.config for same in members})
+                budget, source = _stage_budget(ctx, rec.config, w, hashes)
                 rows.append(CheatSheetRow(
                     target=key.target, hardware_key=key.hardware_key, model=key.model,
                     engine_version=key.engine_version, workload_class=name,
                     workload=dict(w.features), tier=t, recommendation=rec,
                     importance=_importance(ctx, rec.config, w.features, obj_metric),
-                    evidence_count=sum(1 for h in ctx.trial_workload if h == w.spec_hash),
+                    evidence_count=sum(1 for h in ctx.trial_workload if h in hashes),
                     stage_budget_ms=budget, stage_budget_source=source))
         if not pareto:
             continue

@@ -117,3 +117,20 @@ def test_pareto_front_and_svg() -> None:
     assert points[:points.index("</g>")].count("<use") == 5
     assert 'id="fig-t-line"' in svg
     assert all(i.startswith("fig-t") for i in re.findall(r'\bid="([^"]+)"', svg))
+
+
+def test_workloads_that_differ_only_in_what_no_model_reads_share_one_row() -> None:
+    """Stored specs that differ in a seed or a drain limit have the same class and features, so
+    the same answer: one row per tier, with the evidence of them all (the shipped sheet printed
+    four identical rows per tier at 60 and 75 req/s)."""
+    from advisor.cheatsheet import _distinct_workloads
+    from knowledge.surrogate import WorkloadPoint
+
+    def point(spec_hash: str, rate: float, seed: int) -> WorkloadPoint:
+        return WorkloadPoint("chat@60rps", spec_hash, {"seed": seed},
+                             {"rate_rps": rate, "prompt_len": 256.0}, 3)
+
+    groups = _distinct_workloads([point("a", 60.0, 1), point("b", 75.0, 1),
+                                  point("c", 60.0, 2)])
+    assert [(w.spec_hash, [m.spec_hash for m in members]) for w, members in groups] == [
+        ("a", ["a", "c"]), ("b", ["b"])]
