@@ -468,8 +468,9 @@ class LoadCurves:
 
         Below the config's lowest measured rate a latency's interval reaches up to its upper
         end at that rate: a latency does not fall as the rate grows, and no measurement tells
-        where its floor lies below the rates measured (a curve through 80-110 req/s read a
-        3x too low upper bound at 20 req/s, so the audit's held-out answers were wrong)."""
+        where its floor lies below the rates measured (a curve through 80-110 req/s places its
+        floor at 20 req/s wherever its fit puts it; the context-wide rule is
+        ``ContextModels.predict``'s)."""
         curve = self.curve(config, workload)
         if curve is None or metric not in self.half_width_:
             return None
