@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from advisor.testing import TargetContract
 from objectives import Target, Workload
-from tests.objectives.target_contract import TargetContract
 
 pytest.importorskip("faiss")
 from objectives.targets.faiss_target import FaissTarget

@@ -24,9 +24,9 @@ from objectives.llm.workload import KIND
 if os.environ.get("CI") != "true":  # CI installs the llamacpp extra (quickstart --setup-only)
     pytest.importorskip("llama_cpp")
     pytest.importorskip("gguf")
+from advisor.testing import TargetContract
 from objectives.llm.gguf_quant import quantized_gguf
 from objectives.targets.llamacpp_target import COMMAND_ENV, LlamaCppTarget, server_binary
-from tests.objectives.target_contract import TargetContract
 
 if os.environ.get("CI") != "true":
     try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from advisor.testing import TargetContract
 from objectives import Target, Workload
 from tests.objectives.rag_fixtures import tiny_rag_workload
-from tests.objectives.target_contract import TargetContract
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import ConfigRejectedError
+from advisor.testing import TargetContract
 from objectives import Measurement, Target, Workload
-from tests.objectives.target_contract import TargetContract
 from tests.scripted_target import HANG_X, ScriptedTarget
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.testing import TargetContract
 from objectives import Target, Workload
 from objectives.llm.workload import KIND
-from tests.objectives.target_contract import TargetContract
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

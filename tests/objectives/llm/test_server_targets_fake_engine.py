@@ -17,13 +17,13 @@ import pytest
 
 from advisor.errors import WorkloadError
 from advisor.isolation import run_isolated
+from advisor.testing import TargetContract
 from objectives.llm.server import ManagedServer, free_port
 from objectives.llm.workload import at_rate, load_preset
 from objectives.target import Target
 from objectives.targets.openai_target import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAITarget
 from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
 from objectives.workload import Workload
-from tests.objectives.target_contract import TargetContract
 
 FAKE = Path(__file__).with_name("fake_openai_server.py")
 

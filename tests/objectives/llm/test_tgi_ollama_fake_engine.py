@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from advisor.isolation import run_isolated
+from advisor.testing import TargetContract
 from objectives.llm.validity import MAX_LOOP_LAG_P99_MS, MAX_SEND_LATE_P99_MS
 from objectives.llm.workload import load_preset
 from objectives.target import Target
@@ -24,7 +25,6 @@ from objectives.targets import ollama_target, tgi_target
 from objectives.targets.ollama_target import OllamaTarget
 from objectives.targets.tgi_target import TGITarget
 from objectives.workload import Workload
-from tests.objectives.target_contract import TargetContract
 
 HERE = Path(__file__).parent
 FAKE_TGI = HERE / "fake_tgi_launcher.py"

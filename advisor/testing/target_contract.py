@@ -1,7 +1,10 @@
-"""The contract every Target must pass. A new engine adds one subclass with its fixtures.
+"""The contract every Target must pass. A new engine adds one subclass with its fixtures, in this
+repository's tests or in its own package's (an out-of-tree target registered through
+``ADVISOR_EXTRA_TARGETS`` passes the same suite the shipped ones do).
 
 Subclasses provide ``target`` and ``workload`` fixtures (a small real workload) and may override
-``n_sampled`` (how many random configs to try). Tests run the target in-process; isolation is
+``n_sampled`` (how many random configs to try), ``cache_dir`` (where ``prepare`` builds what it
+needs) and ``_run`` (how one config is measured). Tests run the target in-process; isolation is
 tested separately.
 """
 
@@ -31,6 +34,10 @@ def _percentile_families(metrics: dict[str, float]) -> dict[str, dict[int, float
 
 
 class TargetContract:
+    """Subclass it as ``class TestMyTarget(TargetContract)`` beside ``target`` and ``workload``
+    fixtures; every test below then runs against that target."""
+
+    #: How many configs a random sampler draws from the target's space and runs.
     n_sampled = 4
 
     @pytest.fixture
