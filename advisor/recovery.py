@@ -16,15 +16,18 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import timedelta
-
-import optuna
+from typing import TYPE_CHECKING
 
 from advisor.errors import StudyError
-from advisor.optuna_bridge import OptunaBridge
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import pid_alive
 from knowledge.models import StudyStatus, utcnow
 from objectives import SLO
+
+if TYPE_CHECKING:  # the job worker closes trials without importing optuna
+    import optuna
+
+    from advisor.optuna_bridge import OptunaBridge
 
 __all__ = ["died_here", "fail_running", "interrupt", "is_abandoned", "leave_consistent",
            "recover_recording", "recover_study", "this_process"]
