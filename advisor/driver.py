@@ -2,8 +2,10 @@
 
 One loop, written once: ask Optuna for a config, record the trial as running, run it in a child
 process, store the measurement with its SLO margins, hand the margins to the sampler as
-constraints (:func:`tell_constraints`; ``<= 0`` means met) and tell the objective. A killed driver
-leaves at most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+constraints (``<= 0`` means met) and tell the objective — all Optuna calls through
+advisor/optuna_bridge.py. A killed driver leaves at most one running trial; ``resume`` fails it as
+interrupted and re-queues its config (advisor/recovery.py). The study's settings are one stored
+document (advisor/study_spec.py), read back the same way by every process that opens it.
 One driver runs a study at a time: it holds the study's lease (knowledge/leases.py) from before
 the study is created or recovered until it stops, so recovery never touches a live driver's trial.
 
