@@ -119,8 +119,15 @@ class ConstrainedOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         ot, study = self._ot_trials[trial_id], self._study()
-        stored_id = (result or {}).get("trial_id")
-        rec = self._trial_store().get_trial(int(stored_id)) if stored_id is not None else None
+        rec = None
+        if result and result.get("status") == TrialStatus.COMPLETE \
+                and result.get(_METRIC) is not None:
+            # Told from the stored trial, as the driver tells it (Tune puts its own trial id
+            # in every result: the store finds the trial by its number).
+            store = self._trial_store()
+            stored_study = store.get_study(self.study_name)
+            rec = (store.trial_by_number(stored_study.id or 0, ot.number)
+                   if stored_study is not None else None)
         try:
             OptunaBridge.tell_stored(study, ot._trial_id, ot.number, parse_slo(self.slo), rec)
         except (ValueError, RuntimeError) as exc:
