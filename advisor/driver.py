@@ -744,8 +744,7 @@ class StudyDriver:
                             outcome: TrialOutcome, details: Mapping[str, Any]) -> TrialRecord:
         """Record one co-measured outcome as a trial of ``companion`` (Optuna and the store)."""
         spec, ostudy = companion.spec, companion.ostudy
-        ostudy.enqueue_trial(params)
-        otrial = ostudy.ask()
+        otrial = self.bridge.ask_replaying(ostudy, params)
         suggest_config(otrial, space)  # replays the enqueued params into the trial
         rec = self.store.start_trial(new_trial_record(
             study_id=companion.study.id or 0, number=otrial.number,

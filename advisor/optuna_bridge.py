@@ -174,6 +174,13 @@ class OptunaBridge:
         ostudy.enqueue_trial(dict(params), user_attrs=attrs)
 
     @staticmethod
+    def ask_replaying(ostudy: optuna.Study, params: Mapping[str, Any]) -> optuna.Trial:
+        """Ask a trial that replays ``params`` (a co-measured study records the config its
+        leading study chose); suggesting the params in it fixes them."""
+        ostudy.enqueue_trial(dict(params))
+        return ostudy.ask()
+
+    @staticmethod
     def waiting_attrs(ostudy: optuna.Study) -> list[dict[str, Any]]:
         """The user attributes of every queued, not yet asked trial."""
         return [t.user_attrs for t in ostudy.get_trials(deepcopy=False,
