@@ -2,8 +2,10 @@
 
 One loop, written once: ask Optuna for a config, record the trial as running, run it in a child
 process, store the measurement with its SLO margins, hand the margins to the sampler as
-constraints (:func:`tell_constraints`; ``<= 0`` means met) and tell the objective. A killed driver
-leaves at most one running trial; ``resume`` fails it as interrupted and re-queues its config.
+constraints (``<= 0`` means met) and tell the objective — all Optuna calls through
+advisor/optuna_bridge.py. A killed driver leaves at most one running trial; ``resume`` fails it as
+interrupted and re-queues its config (advisor/recovery.py). The study's settings are one stored
+document (advisor/study_spec.py), read back the same way by every process that opens it.
 One driver runs a study at a time: it holds the study's lease (knowledge/leases.py) from before
 the study is created or recovered until it stops, so recovery never touches a live driver's trial.
 
@@ -22,136 +24,65 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
-import os
-import socket
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Protocol
 
 import optuna
-from optuna.trial import TrialState
 
-from advisor import __version__, pairing
+from advisor import __version__, pairing, recovery
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
-from advisor.failure_gate import FailureGate, check_threshold
+from advisor.failure_gate import FailureGate
 from advisor.headroom import FRESH_BUILD
-from advisor.inputs import check_label
 from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
-from advisor.objective import Objective
-from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS, make_sampler
+from advisor.optuna_bridge import (
+    DASHBOARD_CONSTRAINTS_KEY,
+    OptunaBridge,
+    describe_optuna_study,
+    optuna_storage,
+    tell_constraints,
+    trial_details,
+)
+from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS, STARTUP_TRIALS
 from advisor.sampling import suggest_config, swept_params
-from advisor.settings import Settings, check_paired_repeats
-from advisor.swept_trials import chosen_point, constraint_attrs, swept_trial_template
+from advisor.settings import Settings
+from advisor.study_spec import (
+    CO_STUDIES_KEY,
+    CO_WITH_KEY,
+    CoMeasured,
+    StoredStudy,
+    StudySpec,
+    co_studies_of,
+    gate_settings,
+)
+from advisor.swept_trials import chosen_point
+from advisor.trial_records import config_hash, new_trial_record
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
-from knowledge.jobs import pid_alive
 from knowledge.leases import StudyLease
-from knowledge.models import StudyStatus, utcnow
+from knowledge.models import StudyStatus
+from knowledge.queries import best_feasible, best_feasible_of_study
 from knowledge.validity import invalid_reason, is_usable
-from objectives import SLO, Workload, parse_slo
+from objectives import SLO, Workload
 from objectives.hardware import fingerprint
 from objectives.registry import get_target
 from objectives.target import Target
-from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
            "StudyDriver", "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
-           "describe_optuna_study", "failure_streak", "tell_constraints"]
+           "describe_optuna_study", "failure_streak", "optuna_storage", "tell_constraints"]
 
 log = logging.getLogger(__name__)
 _DEFAULT_ROLE = "engine-default"
 _ENQUEUED_ROLE = "enqueued"
-_FIXED_ATTR = "advisor_fixed"
-#: Optuna study attribute: the random start-up length of the study's model-based sampler.
-_STARTUP_ATTR = "advisor_startup_trials"
-#: Optuna study attribute: the knobs each trial sweeps (absent or empty: none, all sampled).
-_SWEPT_ATTR = "advisor_search_sweep"
 #: Share of the trial timeout a search sweep may spend starting new settings.
 _SWEEP_BUDGET_SHARE = 0.5
-#: Provenance keys linking a study and the studies measured alongside it.
-_CO_STUDIES, _CO_WITH = "co_measured_studies", "co_measured_with"
 #: Times a shared-study worker asks again when the trial it was handed is another worker's.
 _CLAIM_ATTEMPTS = 20
-
-
-@dataclass(frozen=True)
-class CoMeasured:
-    """A study whose trials are measured alongside another study's, under its own workload."""
-
-    name: str
-    workload: Workload
-
-
-@dataclass(frozen=True)
-class StudySpec:
-    """What to tune. ``n_trials`` counts trials that finished (measured or failed)."""
-
-    name: str
-    target: str
-    slo: SLO
-    objective: Objective
-    workload: Workload
-    n_trials: int
-    sampler: str = DEFAULT_SAMPLER
-    seed: int | None = None
-    #: Random trials a model-based sampler (tpe, gp) takes before it models, queued ones
-    #: included (None: what the study started with, else ``samplers.STARTUP_TRIALS``).
-    startup_trials: int | None = None
-    include_default: bool = True
-    #: Studies measured in the same trials under other workloads (see the module docstring).
-    co_measured: tuple[CoMeasured, ...] = ()
-    #: Knobs held at one value for the whole study (validated against the space by the caller).
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-    #: Configs measured first, after the engine default (partial ones are completed with the
-    #: engine defaults): a production config, or one-knob variations of a config to ablate it.
-    enqueued: tuple[Mapping[str, Any], ...] = ()
-    #: After the search, measure the best config and the engine default this many times each,
-    #: interleaved, and store their paired comparison (None: ``Settings.paired_repeats``).
-    paired_repeats: int | None = None
-    #: Let a target that sweeps search-time knobs in one trial do so (Target.swept_knobs): the
-    #: sampler then picks only the other knobs. Off (the default until it measures better on
-    #: the quickstart, docs/benchmarks.md): every knob is sampled, a setting per trial.
-    search_sweep: bool = False
-    #: Skip a sampled config the failure model (knowledge/failures.py) predicts to fail with
-    #: probability >= ``failure_threshold`` (None: its default) instead of starting its engine;
-    #: it is stored failed (``predicted_failure``) with the reason. Queued configs always run.
-    failure_gate: bool = True
-    failure_threshold: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.failure_threshold is not None:
-            try:
-                check_threshold(self.failure_threshold)
-            except ValueError as exc:
-                raise StudyError(str(exc)) from None
-        if self.n_trials < 1:
-            raise StudyError(f"`n_trials >= 1` must hold, but got n_trials={self.n_trials}")
-        if self.paired_repeats is not None:
-            try:
-                check_paired_repeats(self.paired_repeats)
-            except ValueError as exc:
-                raise StudyError(str(exc)) from None
-        if self.sampler not in SAMPLERS:
-            raise StudyError(f"unknown sampler {self.sampler!r}; choose one of {SAMPLERS}")
-        if self.startup_trials is not None and not 1 <= self.startup_trials <= MAX_STARTUP:
-            raise StudyError(f"`1 <= startup_trials <= {MAX_STARTUP}` must hold, but got "
-                             f"startup_trials={self.startup_trials}")
-        if not self.name or len(self.name) > 200:
-            raise StudyError("a study name must have 1 to 200 characters")
-        check_label(self.name, "a study name")
-        names = [self.name, *(c.name for c in self.co_measured)]
-        if len(set(names)) != len(names):
-            raise StudyError(f"co-measured studies need names of their own, got {names}")
-        for co in self.co_measured:
-            if not co.name or len(co.name) > 200:
-                raise StudyError("a study name must have 1 to 200 characters")
 
 
 @dataclass
@@ -220,14 +151,6 @@ class _SilentReporter:
         pass
 
 
-def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage on the project database (so optuna-dashboard can open it)."""
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 60}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-
-
 @dataclass(frozen=True)
 class _Companion:
     """A co-measured study while the driver runs: its spec, stored row and Optuna study."""
@@ -271,6 +194,10 @@ class StudyDriver:
         self._leases: list[StudyLease] = []
         #: The failure gate of each study this driver runs trials of, by study name.
         self._gates: dict[str, FailureGate] = {}
+        #: Everything this driver says to Optuna goes through it.
+        self.bridge = OptunaBridge(store.url)
+        #: The knobs each trial of a study sweeps (its stored settings), by study name.
+        self._swept: dict[str, tuple[str, ...]] = {}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     # entry points ----------------------------------------------------------------------------
@@ -327,41 +254,57 @@ class StudyDriver:
         enqueued = complete_enqueued(target.space(), spec.fixed, spec.enqueued)
         provenance = self._prepare(target, spec.workload)
         co_provenance = [self._prepare(target, co.workload) for co in spec.co_measured]
+        # The provenance keys and Optuna attributes below are views of the study's settings
+        # document for the CLI, the failure model and optuna-dashboard.
         if spec.co_measured:
-            provenance = {**provenance, _CO_STUDIES: [co.name for co in spec.co_measured]}
-        provenance = {**provenance, _GATE_KEY: _gate_settings(spec)}
-        study = self._create_study(spec, provenance)
+            provenance = {**provenance, CO_STUDIES_KEY: [co.name for co in spec.co_measured]}
+        provenance = {**provenance, _GATE_KEY: gate_settings(spec)}
+        # Fixed knobs are never swept; co-measured workloads and a sweep do not mix in a trial.
+        sweepable = sorted(target.swept_knobs() - set(spec.fixed))
+        swept = tuple(sweepable) if spec.search_sweep and not spec.co_measured else ()
+        spec = dataclasses.replace(spec, startup_trials=spec.startup_trials or STARTUP_TRIALS)
+        stored = StoredStudy(spec, swept, tuple(co.name for co in spec.co_measured))
+        study = self._create_study(stored, provenance)
         companions = []
         for co, facts in zip(spec.co_measured, co_provenance, strict=True):
             co_spec = dataclasses.replace(spec, name=co.name, workload=co.workload,
                                           co_measured=())
-            co_study = self._create_study(co_spec, {**facts, _CO_WITH: spec.name})
-            companions.append(_Companion(co_spec, co_study, self._recording_study(co_spec)))
-        ostudy = self._optuna_study(spec, study)
-        if spec.fixed:
-            ostudy.set_user_attr(_FIXED_ATTR, dict(spec.fixed))
-        # Fixed knobs are never swept; co-measured workloads and a sweep do not mix in a trial.
-        swept = sorted(target.swept_knobs() - set(spec.fixed))
-        if spec.search_sweep and swept and not spec.co_measured:
-            ostudy.set_user_attr(_SWEPT_ATTR, swept)
+            co_study = self._create_study(StoredStudy(co_spec, measured_with=spec.name),
+                                          {**facts, CO_WITH_KEY: spec.name})
+            companions.append(_Companion(co_spec, co_study,
+                                         self.bridge.recording_study(co_spec)))
+        ostudy = self._sampling_study(spec, study)
+        self.bridge.show_settings(ostudy, stored)
+        self._swept[spec.name] = swept
         default = target.space().default_config()
         # With fixed knobs the engine default is measured only where it agrees with them.
         if spec.include_default and default_agrees(default, spec.fixed):
             # default_config() holds exactly the active knobs, which is what the sampler replays.
-            ostudy.enqueue_trial(default, user_attrs={"advisor_role": _DEFAULT_ROLE})
+            self.bridge.enqueue(ostudy, default, _DEFAULT_ROLE)
         for config in enqueued:
-            ostudy.enqueue_trial(config, user_attrs={"advisor_role": _ENQUEUED_ROLE})
+            self.bridge.enqueue(ostudy, config, _ENQUEUED_ROLE)
         return study, target, ostudy, companions
 
-    def _create_study(self, spec: StudySpec, provenance: dict[str, Any]) -> StudyRecord:
+    def _create_study(self, stored: StoredStudy, provenance: dict[str, Any]) -> StudyRecord:
+        spec = stored.spec
         return self.store.create_study(StudyRecord(
             name=spec.name, target=spec.target, slo=str(spec.slo),
             objective_metric=spec.objective.metric, objective_direction=spec.objective.direction,
             workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
             sampler=spec.sampler, seed=spec.seed, n_trials=spec.n_trials,
             hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
-            data_provenance=provenance,
+            data_provenance=provenance, spec=stored.to_document(),
         ))
+
+    def _stored(self, study: StudyRecord) -> StoredStudy:
+        """The settings of ``study``; a study an earlier release created (no settings document)
+        gets one, from its row, provenance and Optuna attributes, on this first read."""
+        if study.spec is None:
+            stored = StoredStudy.of(study, self.bridge.user_attrs(study.name) or {})
+            study = self.store.adopt_study_spec(study.id or 0, stored.to_document())
+        stored = StoredStudy.of(study)
+        self._swept[study.name] = stored.swept
+        return stored
 
     def resume(self, name: str, n_trials: int | None = None, *,
                paired_repeats: int | None = None, failure_gate: bool | None = None,
@@ -380,8 +323,9 @@ class StudyDriver:
                     spec, failure_gate=spec.failure_gate if failure_gate is None
                     else failure_gate, failure_threshold=failure_threshold
                     if failure_threshold is not None else spec.failure_threshold)
-                study = self.store.update_provenance(study.id or 0,
-                                                     {_GATE_KEY: _gate_settings(spec)})
+                gate = gate_settings(spec)
+                study = self.store.update_study_spec(study.id or 0, {_GATE_KEY: gate},
+                                                     provenance={_GATE_KEY: gate})
             return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
@@ -398,27 +342,29 @@ class StudyDriver:
         if study.status == StudyStatus.IMPORTED:
             raise StudyError(f"study {name!r} was imported from another store and cannot be "
                              "resumed here (its Optuna history stayed there); start a new study")
-        if (leader := study.data_provenance.get(_CO_WITH)) is not None:
+        stored = self._stored(study)
+        if (leader := stored.measured_with) is not None:
             raise StudyError(f"study {name!r} is measured alongside study {leader!r}; resume "
                              f"{leader!r} and both go on")
-        spec = self._spec_of(study, n_trials)
+        spec = stored.resume_spec(n_trials)
         target = self._check_target(spec)
         self._prepare(target, spec.workload)
         companions = []
-        for co_name in study.data_provenance.get(_CO_STUDIES, []):
+        for co_name in stored.co_studies:
             co_study = self.store.get_study(co_name)
             if co_study is None:
                 raise StudyError(f"study {name!r} is measured with study {co_name!r}, which is "
                                  "missing from this store")
-            co_spec = self._spec_of(co_study, n_trials)
+            co_spec = self._stored(co_study).resume_spec(n_trials)
             self._prepare(target, co_spec.workload)
-            companion = _Companion(co_spec, co_study, self._recording_study(co_spec))
-            self._recover_recording(companion)
+            companion = _Companion(co_spec, co_study, self.bridge.recording_study(co_spec))
+            recovery.recover_recording(self.store, self.bridge, companion.ostudy, co_study)
             companions.append(companion)
         spec = dataclasses.replace(spec, co_measured=tuple(
             CoMeasured(c.spec.name, c.spec.workload) for c in companions))
-        ostudy = self._optuna_study(spec, study)
-        self._recover(study, ostudy, spec)
+        ostudy = self._sampling_study(spec, study)
+        recovery.recover_study(self.store, self.bridge, ostudy, study, spec.slo,
+                               heartbeat_interval_s=self.settings.heartbeat_interval_s)
         if n_trials is not None and n_trials != study.n_trials:
             study = self._update_n_trials(study, n_trials)
             companions = [dataclasses.replace(c, study=self._update_n_trials(c.study, n_trials))
@@ -464,12 +410,13 @@ class StudyDriver:
         study = self.store.get_study(name)
         if study is None:
             raise StudyError(f"no study named {name!r}")
-        if study.data_provenance.get(_CO_STUDIES) or study.data_provenance.get(_CO_WITH):
+        stored = self._stored(study)
+        if stored.co_studies or stored.measured_with:
             raise StudyError(f"study {name!r} has co-measured studies; it runs in one driver")
-        spec = self._spec_of(study, None)
+        spec = stored.resume_spec()
         if spec.seed is not None:
             spec = dataclasses.replace(spec, seed=spec.seed + 7919 * worker)
-        return spec, study, self._optuna_study(spec, study)
+        return spec, study, self._sampling_study(spec, study)
 
     def enqueue(self, name: str, configs: Sequence[Mapping[str, Any]], *, role: str,
                 attrs: Mapping[str, Any] | None = None, extend_budget: bool = False
@@ -482,14 +429,13 @@ class StudyDriver:
         study = self.store.get_study(name)
         if study is None:
             raise StudyError(f"no study named {name!r}")
-        spec = self._spec_of(study, None)
+        spec = self._stored(study).resume_spec()
         target = self._check_target(spec)
-        ostudy = self._optuna_study(spec, study)
+        ostudy = self._sampling_study(spec, study)
         # A config that contradicts the study's fixed knobs is refused, never run half-fixed.
-        checked = complete_enqueued(target.space(), ostudy.user_attrs.get(_FIXED_ATTR, {}),
-                                    configs)
+        checked = complete_enqueued(target.space(), spec.fixed, configs)
         for config in checked:
-            ostudy.enqueue_trial(config, user_attrs={"advisor_role": role, **(attrs or {})})
+            self.bridge.enqueue(ostudy, config, role, attrs)
         return (self._update_n_trials(study, study.n_trials + len(checked)) if extend_budget
                 else study)
 
@@ -509,115 +455,19 @@ class StudyDriver:
         self.reporter.preparing(f"preparing workload {workload.name!r} for {target.name}")
         return target.prepare(workload, self.settings.cache_dir, self.reporter.preparing)
 
-    def _optuna_study(self, spec: StudySpec, study: StudyRecord) -> optuna.Study:
+    def _sampling_study(self, spec: StudySpec, study: StudyRecord) -> optuna.Study:
         # On resume, offset the seed so the sampler does not replay its start-up sequence.
         done = len(self.store.trials_of_study(study.id or 0))
-        seed = None if spec.seed is None else spec.seed + done
-        storage = optuna_storage(self.store.url)
-        fixed = dict(spec.fixed)
-        started: dict[str, Any] = {}
-        with contextlib.suppress(KeyError):  # on resume: what the study started with
-            started = optuna.load_study(study_name=spec.name, storage=storage).user_attrs
-        fixed = {**started.get(_FIXED_ATTR, {}), **fixed}
-        startup = int(spec.startup_trials or started.get(_STARTUP_ATTR) or STARTUP_TRIALS)
-        sampler = make_sampler(spec.sampler, seed, n_startup_trials=startup)
-        if fixed:
-            sampler = optuna.samplers.PartialFixedSampler(fixed, sampler)
-        ostudy = optuna.create_study(
-            storage=storage, study_name=spec.name, direction=spec.objective.direction,
-            sampler=sampler, load_if_exists=True,
-        )
-        describe_optuna_study(ostudy, spec)
-        ostudy.set_user_attr(_STARTUP_ATTR, startup)
-        return ostudy
-
-    def _recording_study(self, spec: StudySpec) -> optuna.Study:
-        """The Optuna study of a co-measured study: it never samples (its configs come from the
-        study it is measured with), so a random sampler is enough."""
-        ostudy = optuna.create_study(
-            storage=optuna_storage(self.store.url), study_name=spec.name,
-            direction=spec.objective.direction, sampler=optuna.samplers.RandomSampler(),
-            load_if_exists=True)
-        describe_optuna_study(ostudy, spec)
-        return ostudy
-
-    def _recover_recording(self, companion: _Companion) -> None:
-        """A co-measured study's trials are written after their measurement, so a killed driver
-        leaves at most one half-written; fail it (its config is re-queued in the leading study)."""
-        for frozen in companion.ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            companion.ostudy.tell(frozen.number, state=TrialState.FAIL)
-        for rec in self.store.trials_of_study(companion.study.id or 0, [TrialStatus.RUNNING]):
-            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                                  error_type="interrupted",
-                                  error="the driver died while this trial was being recorded")
+        return self.bridge.sampling_study(spec, seed_offset=done)
 
     @staticmethod
     def _spec_of(study: StudyRecord, n_trials: int | None) -> StudySpec:
-        # A study created before the failure gate existed gets the gate's defaults.
-        gate = study.data_provenance.get(_GATE_KEY) or {}
-        return StudySpec(
-            name=study.name, target=study.target, slo=parse_slo(study.slo),
-            objective=Objective(study.objective_metric, study.objective_direction),  # type: ignore[arg-type]
-            workload=Workload.from_spec(study.workload_spec),
-            n_trials=n_trials if n_trials is not None else study.n_trials,
-            sampler=study.sampler, seed=study.seed, include_default=False,
-            failure_gate=bool(gate.get("enabled", True)),
-            failure_threshold=gate.get("threshold"),
-        )
+        """The spec a resume of ``study`` runs on, from its stored settings (for a study an
+        earlier release created and no driver opened since: those of its row and provenance)."""
+        return StoredStudy.of(study).resume_spec(n_trials)
 
     def _update_n_trials(self, study: StudyRecord, n_trials: int) -> StudyRecord:
-        with self.store.session() as s:
-            rec = s.get(StudyRecord, study.id)
-            assert rec is not None
-            rec.n_trials, rec.updated_at = n_trials, utcnow()
-            s.add(rec)
-            s.commit()
-            s.refresh(rec)
-            return rec
-
-    # recovery --------------------------------------------------------------------------------
-
-    def _is_abandoned(self, trial: TrialRecord) -> bool:
-        if trial.host == socket.gethostname() and trial.pid is not None:
-            return trial.pid == os.getpid() or not pid_alive(trial.pid)
-        stale_after = timedelta(seconds=5 * self.settings.heartbeat_interval_s)
-        return utcnow() - trial.heartbeat_at > stale_after
-
-    def _recover(self, study: StudyRecord, ostudy: optuna.Study, spec: StudySpec) -> None:
-        """Reconcile the store and Optuna after a killed driver; re-queue interrupted configs."""
-        records = {t.optuna_trial_id: t for t in self.store.trials_of_study(study.id or 0)}
-        for stored in records.values():
-            if stored.status == TrialStatus.RUNNING and not self._is_abandoned(stored):
-                raise StudyError(
-                    f"study {study.name!r} is still running elsewhere (trial {stored.number} on "
-                    f"{stored.host}, pid {stored.pid}); stop that driver first")
-        for frozen in ostudy.get_trials(deepcopy=False):
-            if frozen.state not in (TrialState.RUNNING, TrialState.WAITING):
-                continue
-            if frozen.state == TrialState.WAITING:
-                continue  # queued but never started: the loop will pick it up
-            rec = records.get(frozen._trial_id)
-            if rec is not None and rec.status == TrialStatus.COMPLETE:
-                # Killed after storing the measurement but before telling Optuna: tell it now.
-                self._tell_complete(ostudy, frozen._trial_id, frozen.number, rec, spec)
-                continue
-            ostudy.tell(frozen.number, state=TrialState.FAIL)
-            if rec is None or rec.status == TrialStatus.RUNNING:
-                ostudy.enqueue_trial(dict(frozen.params),
-                                     user_attrs={**frozen.user_attrs,
-                                                 "advisor_requeued_from": frozen.number})
-            if rec is not None and rec.status == TrialStatus.RUNNING:
-                self.store.fail_trial(
-                    rec.id or 0, status=TrialStatus.INTERRUPTED, error_type="interrupted",
-                    error=f"the driver (pid {rec.pid} on {rec.host}) died while this trial ran; "
-                          f"its config was re-queued on resume")
-                log.warning("trial %s was interrupted; its config is re-queued", rec.number)
-        # Store rows still running whose Optuna trial is already finished (a driver killed during
-        # an earlier recovery, after failing the Optuna trial but before writing the store).
-        for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
-            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                                  error_type="interrupted",
-                                  error="the driver died while this trial ran")
+        return self.store.update_study_spec(study.id or 0, {"n_trials": n_trials})
 
     # the loop --------------------------------------------------------------------------------
 
@@ -626,7 +476,7 @@ class StudyDriver:
         space = target.space()
         finished = list(TrialStatus.FINISHED)
         done = self.store.count_trials(study.id or 0, finished)
-        best = self._best(study, spec.objective)
+        best = best_feasible_of_study(self.store, study)
         self.reporter.started(study, done, spec.n_trials)
         studies = [study, *(c.study for c in companions)]
         for one in studies:
@@ -638,10 +488,8 @@ class StudyDriver:
                     rec = self._run_one(spec, study, target, space, ostudy, companions)
                     assert rec is not None  # no budget claim: always runs
                     done += 1
-                    if (rec.feasible and rec.objective_value is not None
-                            and (best is None or spec.objective.is_better(
-                                rec.objective_value, best.objective_value))):
-                        best = rec
+                    best = best_feasible([*([best] if best else []), rec],
+                                         spec.objective.direction)
                     self.reporter.trial_finished(rec, done, best)
                 # The search is over: re-measure its best beside the default (once per block).
                 study = self._queue_paired(spec, study, target, ostudy, done)
@@ -668,7 +516,7 @@ class StudyDriver:
         make the budget cover every queued re-measurement. Records why when nothing is paired."""
         repeats = (self.settings.paired_repeats if spec.paired_repeats is None
                    else spec.paired_repeats)
-        fixed = ostudy.user_attrs.get(_FIXED_ATTR, {})
+        fixed = spec.fixed
         default = target.space().default_config()
         trials = self.store.trials_of_study(study.id or 0)
         best = pairing.incumbent(trials, spec.objective)
@@ -699,8 +547,7 @@ class StudyDriver:
                 self.reporter.preparing(
                     f"re-measuring the best config (trial #{best.number}) and the engine "
                     f"default {repeats}x each, interleaved, for a paired comparison")
-        waiting = pairing.pending([t.user_attrs for t in ostudy.get_trials(
-            deepcopy=False, states=(TrialState.WAITING,))])
+        waiting = pairing.pending(self.bridge.waiting_attrs(ostudy))
         if done + waiting > study.n_trials:
             study = self._update_n_trials(study, done + waiting)
         return study
@@ -740,15 +587,13 @@ class StudyDriver:
         otrial = ostudy.ask()
         # A repeat (a paired comparison's round) measures exactly its config, never a sweep.
         repeat = otrial.user_attrs.get(pairing.BLOCK_ATTR) is not None
-        swept = (frozenset(ostudy.user_attrs.get(_SWEPT_ATTR, []))
+        swept = (frozenset(self._swept.get(spec.name, ()))
                  if not companions and not repeat else frozenset())
         config = suggest_config(otrial, space, swept)
         hw = fingerprint()
-        details: dict[str, Any] = {}
-        if role := otrial.user_attrs.get("advisor_role"):
-            details["role"] = role
-        if (requeued := otrial.user_attrs.get("advisor_requeued_from")) is not None:
-            details["requeued_from_trial"] = requeued
+        # Its role, the trial it re-measures, where a warm start found the config, ...
+        details = trial_details(otrial.user_attrs)
+        role, requeued = details.get("role"), details.get("requeued_from_trial")
         # The study's paired re-measurement builds afresh where a build can change quality: its
         # repeats are then rebuilds too, which the recommender's quality headroom is measured
         # from. A sweep's repeats (drift against the previous run) keep the cached build.
@@ -756,16 +601,15 @@ class StudyDriver:
                        and bool(target.rebuild_varying_metrics))
         if fresh_build:
             details[FRESH_BUILD] = True
-        for key, value in otrial.user_attrs.items():  # e.g. where a warm start found the config
-            if key.startswith("advisor_") and key not in ("advisor_role", "advisor_requeued_from"):
-                details[key.removeprefix("advisor_")] = value
         # A config someone asked for (queued, re-queued) is a measured fact: never skipped.
         verdict = self._gate(spec, target, str(hw["key"])).check(
             config, hw, queued=bool(role) or requeued is not None)
         if verdict is not None:  # kept with every trial the gate judged, run or not
             details[_GATE_KEY] = verdict.to_dict()
-        record = _trial_record(spec, study.id or 0, otrial.number, otrial._trial_id, config, hw,
-                               details)
+        record = new_trial_record(
+            study_id=study.id or 0, number=otrial.number, optuna_trial_id=otrial._trial_id,
+            target=spec.target, config=config, workload=spec.workload, hardware=hw,
+            details=details)
         if budget is None:
             rec = self.store.start_trial(record)
         elif (claimed := self.store.claim_trial(record, budget)) is not None:
@@ -773,16 +617,16 @@ class StudyDriver:
         else:
             # Another worker took the last slot between our count and our claim: hand a queued
             # config back to the queue so it is not lost, and close the asked trial.
-            ostudy.tell(otrial, state=TrialState.FAIL)
+            self.bridge.tell_failed(ostudy, otrial)
             if role:
-                ostudy.enqueue_trial(dict(otrial.params), user_attrs=dict(otrial.user_attrs))
+                self.bridge.requeue(ostudy, otrial.params, otrial.user_attrs)
             return None
         if verdict is not None and verdict.skip:
             log.info("trial %s skipped: predicted to fail (p=%.2f)", otrial.number,
                      verdict.probability)
             stored = self.store.fail_trial(rec.id or 0, error_type=PREDICTED_FAILURE,
                                            error=verdict.reason, duration_s=verdict.seconds)
-            ostudy.tell(otrial, state=TrialState.FAIL)
+            self.bridge.tell_failed(ostudy, otrial)
             return stored
         try:
             outcome = self._run_isolated(
@@ -791,7 +635,7 @@ class StudyDriver:
                                    str(spec.slo), include_own=bool(role)) if swept else None,
                 fresh_build=fresh_build)
         except KeyboardInterrupt:
-            ostudy.tell(otrial, state=TrialState.FAIL)
+            self.bridge.tell_failed(ostudy, otrial)
             raise
         outcome = _with_slo(target, outcome, spec.slo)
         self._check_leases()  # a driver that lost the study stores nothing more in it
@@ -843,10 +687,8 @@ class StudyDriver:
             )
         except KeyboardInterrupt as exc:
             # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.
-            self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                                  error_type="interrupted",
-                                  error=f"stopped by {exc}" if str(exc)
-                                  else "interrupted by the user")
+            recovery.interrupt(self.store, rec, f"stopped by {exc}" if str(exc)
+                               else "interrupted by the user")
             raise
 
     def _record_sweep(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
@@ -864,22 +706,15 @@ class StudyDriver:
             for config, m in outcome.swept]
         keep = chosen_point(points, spec.slo, spec.objective, own)
         names = sorted({k for config, _ in points for k in config} & set(
-            ostudy.user_attrs.get(_SWEPT_ATTR, [])))
+            self._swept.get(spec.name, ())))
         summary = {"swept": names, **told}
         kept_config, kept = points[keep]
         stored = self._store_outcome(
             spec, rec, dataclasses.replace(outcome, measurement=kept, swept=()),
             {**details, "search_sweep": {**summary, "kept": keep}},
-            config=(kept_config, _config_hash(kept_config)))
-        for name, (value, dist) in swept_params(space, kept_config, names).items():
-            otrial.storage.set_trial_param(otrial._trial_id, name, dist.to_internal_repr(value),
-                                           dist)
-        if stored.status == TrialStatus.COMPLETE:
-            self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
-        else:
-            ostudy.tell(otrial, state=TrialState.FAIL)
-        storage = otrial.storage
-        study_id = storage.get_study_id_from_name(spec.name)
+            config=(kept_config, config_hash(kept_config)))
+        self.bridge.set_params(otrial, swept_params(space, kept_config, names))
+        self.bridge.tell_stored(ostudy, otrial._trial_id, otrial.number, spec.slo, stored)
         sampled = {k: (v, otrial.distributions[k]) for k, v in otrial.params.items()
                    if k not in names}
         for position, (config, m) in enumerate(points):
@@ -891,16 +726,15 @@ class StudyDriver:
             metrics_ok = (is_usable({**point_details, **m.details})
                           and all(m.metrics.get(x) is not None
                                   for x in (spec.objective.metric, *spec.slo.metrics)))
-            template = swept_trial_template(
-                {**sampled, **swept_params(space, config, names)},
+            trial_id, number = self.bridge.add_finished(
+                ostudy, {**sampled, **swept_params(space, config, names)},
                 value=float(m.metrics[spec.objective.metric]) if metrics_ok else None,
                 slo=spec.slo, metrics=m.metrics if metrics_ok else None,
-                user_attrs={"advisor_swept_from": otrial.number},
-                constraints_key=DASHBOARD_CONSTRAINTS_KEY)
-            trial_id = storage.create_new_trial(study_id, template_trial=template)
-            point = self.store.start_trial(_trial_record(
-                spec, rec.study_id, storage.get_trial_number_from_id(trial_id), trial_id, config,
-                rec.hardware, point_details, swept_from=otrial.number))
+                user_attrs={"advisor_swept_from": otrial.number})
+            point = self.store.start_trial(new_trial_record(
+                study_id=rec.study_id, number=number, optuna_trial_id=trial_id,
+                target=spec.target, config=config, workload=spec.workload,
+                hardware=rec.hardware, details=point_details, swept_from=otrial.number))
             self._store_outcome(spec, point, TrialOutcome("complete", m, duration_s=m.duration_s),
                                 point_details)
         return stored
@@ -910,21 +744,19 @@ class StudyDriver:
                             outcome: TrialOutcome, details: Mapping[str, Any]) -> TrialRecord:
         """Record one co-measured outcome as a trial of ``companion`` (Optuna and the store)."""
         spec, ostudy = companion.spec, companion.ostudy
-        ostudy.enqueue_trial(params)
-        otrial = ostudy.ask()
+        otrial = self.bridge.ask_replaying(ostudy, params)
         suggest_config(otrial, space)  # replays the enqueued params into the trial
-        rec = self.store.start_trial(_trial_record(
-            spec, companion.study.id or 0, otrial.number, otrial._trial_id, config, hw, details))
+        rec = self.store.start_trial(new_trial_record(
+            study_id=companion.study.id or 0, number=otrial.number,
+            optuna_trial_id=otrial._trial_id, target=spec.target, config=config,
+            workload=spec.workload, hardware=hw, details=details))
         return self._record(spec, ostudy, otrial, rec, outcome, details)
 
     def _record(self, spec: StudySpec, ostudy: optuna.Study, otrial: optuna.Trial,
                 rec: TrialRecord, outcome: TrialOutcome, details: Mapping[str, Any]
                 ) -> TrialRecord:
         stored = self._store_outcome(spec, rec, outcome, details)
-        if stored.status == TrialStatus.COMPLETE:
-            self._tell_complete(ostudy, otrial._trial_id, otrial.number, stored, spec)
-        else:
-            ostudy.tell(otrial, state=TrialState.FAIL)
+        self.bridge.tell_stored(ostudy, otrial._trial_id, otrial.number, spec.slo, stored)
         return stored
 
     def _store_outcome(self, spec: StudySpec, rec: TrialRecord, outcome: TrialOutcome,
@@ -973,24 +805,24 @@ class StudyDriver:
         study = self.store.get_study(study_name)
         if study is None:
             raise StudyError(f"no study named {study_name!r}")
-        spec = self._spec_of(study, None)
+        spec = self._stored(study).resume_spec()
         existing = self.store.trial_by_number(study.id or 0, number)
         if existing is not None and existing.status != TrialStatus.RUNNING:
             return existing
-        if optuna_storage(self.store.url).get_trial(optuna_trial_id).state.is_finished():
+        if self.bridge.is_finished(optuna_trial_id):
             if existing is not None:
-                self.store.fail_trial(existing.id or 0, status=TrialStatus.INTERRUPTED,
-                                      error_type="interrupted",
-                                      error="closed by the sweep's recovery before Ray restored "
-                                            "it; its config was re-queued")
+                recovery.interrupt(self.store, existing, "closed by the sweep's recovery before "
+                                                         "Ray restored it; its config was "
+                                                         "re-queued")
             return None
         if existing is not None:
             rec = self.store.restart_trial(existing.id or 0)
         else:
             hw = fingerprint()
-            claimed = self.store.claim_trial(_trial_record(
-                spec, study.id or 0, number, optuna_trial_id, config, hw, details),
-                study.n_trials)
+            claimed = self.store.claim_trial(new_trial_record(
+                study_id=study.id or 0, number=number, optuna_trial_id=optuna_trial_id,
+                target=spec.target, config=config, workload=spec.workload, hardware=hw,
+                details=details), study.n_trials)
             if claimed is None:
                 log.info("study %s: trial %d not run, the budget of %d is taken", study_name,
                          number, study.n_trials)
@@ -1006,95 +838,19 @@ class StudyDriver:
         return self._store_outcome(spec, rec, _with_slo(target, outcome, spec.slo),
                                    rec.details)
 
-    @staticmethod
-    def _tell_complete(ostudy: optuna.Study, trial_id: int, number: int, rec: TrialRecord,
-                       spec: StudySpec) -> None:
-        tell_constraints(optuna.trial.Trial(ostudy, trial_id), spec.slo, rec.metrics)
-        ostudy.tell(number, rec.objective_value)
-
     # results ---------------------------------------------------------------------------------
-
-    def _best(self, study: StudyRecord, objective: Objective) -> TrialRecord | None:
-        best: TrialRecord | None = None
-        for t in self.store.trials_of_study(study.id or 0, [TrialStatus.COMPLETE]):
-            if t.feasible and t.objective_value is not None and objective.is_better(
-                    t.objective_value, None if best is None else best.objective_value):
-                best = t
-        return best
 
     def result(self, name: str) -> StudyResult:
         """The stored state of study ``name`` as a :class:`StudyResult`."""
         study = self.store.get_study(name)
         if study is None:
             raise StudyError(f"no study named {name!r}")
-        objective = Objective(study.objective_metric, study.objective_direction)  # type: ignore[arg-type]
         trials = self.store.trials_of_study(study.id or 0)
         default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE
                         and t.status == TrialStatus.COMPLETE), None)
-        co = [self.result(n) for n in study.data_provenance.get(_CO_STUDIES, [])
-              if self.store.get_study(n) is not None]
-        return StudyResult(study, trials, self._best(study, objective), default, co)
-
-
-#: The trial system attribute optuna-dashboard (0.21) reads constraint values from: a list, one
-#: value per constraint, <= 0 met. Optuna 5 reads the same list as constraints "0", "1", ...;
-#: its own ``set_constraint`` writes ``constraints:<name>`` keys, which the dashboard does not
-#: read. Writing both would make Optuna count every constraint twice, so only the list is
-#: written; the names, in list order, are the study user attribute ``slo_constraints``.
-DASHBOARD_CONSTRAINTS_KEY = "constraints"
-
-
-def tell_constraints(otrial: optuna.Trial, slo: SLO, metrics: Mapping[str, float]) -> None:
-    """Hand a measured trial's SLO margins to Optuna (its samplers and optuna-dashboard), before
-    it is told complete: one constraint per SLO bound, in the SLO's order, ``<= 0`` means met.
-
-    The measured SLO metrics, each bound's margin (``margin p95_latency_ms<=1``) and whether the
-    SLO held also become user attributes: the dashboard uses the constraint list only to grey out
-    infeasible trials in its plots, and shows user attributes by name in its trial table.
-    Idempotent: recovery may tell a trial again.
-    """
-    margins, attrs = constraint_attrs(slo, metrics)
-    otrial.storage.set_trial_system_attr(otrial._trial_id, DASHBOARD_CONSTRAINTS_KEY, margins)
-    for key, value in attrs.items():
-        otrial.set_user_attr(key, value)
-
-
-def describe_optuna_study(ostudy: optuna.Study, spec: StudySpec) -> None:
-    """Record what the study tunes for where optuna-dashboard shows it: the objective metric's
-    name (``set_metric_names``, else the dashboard says "Objective 0") and the SLO, objective,
-    target and workload as study user attributes. Written only when they differ (resume)."""
-    attrs = {
-        "target": spec.target, "slo": str(spec.slo), "objective": str(spec.objective),
-        "slo_constraints": [str(b) for b in spec.slo.bounds],
-        "workload": spec.workload.name, "workload_hash": spec.workload.spec_hash,
-    }
-    current = ostudy.user_attrs
-    for key, value in attrs.items():
-        if current.get(key) != value:
-            ostudy.set_user_attr(key, value)
-    if ostudy.metric_names != [spec.objective.metric]:
-        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            ostudy.set_metric_names([spec.objective.metric])
-
-
-def _trial_record(spec: StudySpec, study_id: int, number: int, optuna_trial_id: int,
-                  config: Mapping[str, Any], hardware: Mapping[str, Any],
-                  details: Mapping[str, Any], swept_from: int | None = None) -> TrialRecord:
-    """A new trial row of ``spec``'s study (not yet stored): the config with its hash, the
-    study's workload, the hardware fingerprint and its key, this advisor's version."""
-    return TrialRecord(
-        study_id=study_id, number=number, optuna_trial_id=optuna_trial_id, target=spec.target,
-        config=dict(config), config_hash=_config_hash(config), workload_spec=spec.workload.spec,
-        workload_hash=spec.workload.spec_hash, hardware=dict(hardware),
-        hardware_key=str(hardware["key"]), advisor_version=__version__, details=dict(details),
-        swept_from=swept_from)
-
-
-def _gate_settings(spec: StudySpec) -> dict[str, Any]:
-    """The failure gate's settings as recorded with the study (so a resume keeps them)."""
-    return {"enabled": spec.failure_gate,
-            "threshold": spec.failure_threshold or DEFAULT_THRESHOLD}
+        co = [self.result(n) for n in co_studies_of(study) if self.store.get_study(n) is not None]
+        return StudyResult(study, trials, best_feasible(trials, study.objective_direction),
+                           default, co)
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:
@@ -1113,6 +869,3 @@ def _margin_records(slo: SLO, metrics: Mapping[str, float]) -> list[SLOMarginRec
         for b in slo.bounds
     ]
 
-
-def _config_hash(config: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]

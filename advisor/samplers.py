@@ -1,22 +1,20 @@
 """The search algorithms a study can use, as Optuna samplers.
 
-One place builds them, so the driver, the sweeps and the sampler-efficiency benchmark run exactly
-the same sampler for a name.
+A registry of sampler factories (one object per name) builds them, so the driver, the sweeps and
+the sampler-efficiency benchmark run exactly the same sampler for a name, and every front door
+(CLI, REST, sweep files) validates a sampler name against the same list, :data:`SAMPLERS`.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Protocol
 
 import optuna
 
-__all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLERS", "STARTUP_TRIALS", "make_sampler"]
-
-#: Sampler names accepted everywhere a study is requested (CLI, REST, sweep files).
-SAMPLERS = ("tpe", "gp", "random")
-
-#: The sampler a study uses when none is named.
-DEFAULT_SAMPLER = "tpe"
+__all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLERS", "SAMPLER_FACTORIES", "STARTUP_TRIALS",
+           "SamplerFactory", "make_sampler", "sampler_factory", "sampler_names"]
 
 #: Finished trials a model-based sampler waits for before it models (Optuna's default is 10).
 #: Five, because the engine default and the warm start are queued first and count here too (with
@@ -28,6 +26,77 @@ STARTUP_TRIALS = 5
 MAX_STARTUP = 1000
 
 
+class SamplerFactory(Protocol):
+    """Builds one search algorithm. Called once per Optuna study a process opens (a study's
+    start, each resume, each worker of a shared study), with the seed that process must use."""
+
+    @property
+    def name(self) -> str:
+        """The name a study request uses for it (``--sampler``, ``"sampler"`` in REST and
+        sweeps)."""
+        ...
+
+    def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        """A fresh sampler seeded with ``seed``; ``n_startup_trials`` random trials (queued ones
+        included) before a model-based sampler models; a sampler without a model ignores it."""
+        ...
+
+
+@dataclass(frozen=True)
+class _TPE:
+    name: str = "tpe"
+
+    def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        # `group` (TPE over conditional sub-spaces) is marked experimental; it is what makes TPE
+        # model the per-index-family knobs jointly, so we use it and keep the warning out of
+        # user output.
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=n_startup_trials)
+
+
+@dataclass(frozen=True)
+class _GP:
+    name: str = "gp"
+
+    def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
+
+
+@dataclass(frozen=True)
+class _Random:
+    name: str = "random"
+
+    def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+#: Every sampler a study may name, by name, in the order front doors list them.
+SAMPLER_FACTORIES: dict[str, SamplerFactory] = {f.name: f for f in (_TPE(), _GP(), _Random())}
+
+
+def sampler_names() -> tuple[str, ...]:
+    """The sampler names accepted everywhere a study is requested (CLI, REST, sweep files)."""
+    return tuple(SAMPLER_FACTORIES)
+
+
+#: Sampler names accepted everywhere a study is requested (CLI, REST, sweep files).
+SAMPLERS = sampler_names()
+
+#: The sampler a study uses when none is named.
+DEFAULT_SAMPLER = "tpe"
+
+
+def sampler_factory(name: str) -> SamplerFactory:
+    """The factory registered as ``name``; raises :class:`ValueError` naming the choices."""
+    try:
+        return SAMPLER_FACTORIES[name]
+    except KeyError:
+        raise ValueError(f"unknown sampler {name!r}; choose one of {SAMPLERS}") from None
+
+
 def make_sampler(name: str, seed: int | None, *,
                  n_startup_trials: int = STARTUP_TRIALS) -> optuna.samplers.BaseSampler:
     """The sampler called ``name`` (one of :data:`SAMPLERS`), seeded with ``seed``.
@@ -36,14 +105,4 @@ def make_sampler(name: str, seed: int | None, *,
     sampler's ``n_startup_trials`` random start-up trials, as Optuna counts every finished trial
     there. ``n_startup_trials`` is a parameter so the benchmark can compare start-up lengths.
     """
-    # `group` (TPE over conditional sub-spaces) is marked experimental; it is what makes TPE model
-    # the per-index-family knobs jointly, so we use it and keep the warning out of user output.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=n_startup_trials)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"unknown sampler {name!r}; choose one of {SAMPLERS}")
+    return sampler_factory(name)(seed, n_startup_trials)

@@ -13,18 +13,18 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 
+from advisor import recovery
 from advisor.errors import StoreError
 from advisor.settings import Settings
 from knowledge import TrialStore
-from knowledge.jobs import JobStore, pid_alive
-from knowledge.models import JobRecord, JobStatus, StudyStatus, TrialStatus
+from knowledge.jobs import JobStore
+from knowledge.models import JobRecord, JobStatus
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = ["Worker", "WorkerSupervisor"]
@@ -76,18 +76,9 @@ class Worker:
     def _leave_study_consistent(self, study_name: str) -> None:
         """The study of a dead job: its trials whose process is gone (on this host) become
         interrupted, and the study interrupted, so no reader sees them "running" forever."""
-        study = self.store.get_study(study_name)
-        if study is None:
-            return
-        here = socket.gethostname()
-        for rec in self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
-            if rec.host == here and rec.pid is not None and not pid_alive(rec.pid):
-                self.store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                                      error_type="interrupted",
-                                      error="the job running this trial died with its worker")
-        if not self.store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]) and \
-                study.status == StudyStatus.RUNNING:
-            self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
+        recovery.leave_consistent(self.store, study_name, owned=recovery.died_here,
+                                  reason="the job running this trial died with its worker",
+                                  only_when_idle=True)
 
     def run_once(self) -> JobRecord | None:
         """Reconcile, then run one queued job to its end (None when none was queued)."""

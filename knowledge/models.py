@@ -95,6 +95,10 @@ class StudyRecord(SQLModel, table=True):
                                             sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    #: Every setting of the study as one JSON document (advisor/study_spec.py); None for a study
+    #: an earlier release created (the driver writes it from that study's scattered settings).
+    spec: dict[str, Any] | None = Field(default=None,
+                                        sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 
 class StudyLeaseRecord(SQLModel, table=True):

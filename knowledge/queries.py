@@ -1,8 +1,11 @@
-"""Paged, counted reads of the store for the REST API (one query per page, one per count)."""
+"""Reads of the store answered in one place: paged and counted lists for the REST API (one query
+per page, one per count), and a study's best feasible trial, the one definition of "best" that
+the driver, the sweeps, the REST API and the CLI share (as ``optuna.Study.best_trial`` is
+Optuna's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func
@@ -11,7 +14,8 @@ from sqlmodel import col, select
 from knowledge.models import StudyRecord, TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
 
-__all__ = ["StudyCounts", "page_studies", "page_trials", "study_counts"]
+__all__ = ["StudyCounts", "best_feasible", "best_feasible_of_study", "page_studies", "page_trials",
+           "study_counts"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,28 @@ def page_studies(store: TrialStore, *, target: str | None = None, status: str | 
 def page_trials(store: TrialStore, flt: TrialFilter) -> tuple[list[TrialRecord], int]:
     """Trials matching ``flt`` (its limit/offset applied), oldest first, and the total."""
     return store.list_trials(flt), store.count_matching(flt)
+
+
+def best_feasible(trials: Iterable[TrialRecord], direction: str, *,
+                  exclude: Callable[[TrialRecord], bool] | None = None) -> TrialRecord | None:
+    """The best of ``trials`` that completed and met the SLO, by objective value in
+    ``direction`` (``"maximize"`` or ``"minimize"``): of equal values the first, in the order
+    given. ``exclude`` leaves trials out (a paired re-measurement, say). None when none met it."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"`direction` must be 'maximize' or 'minimize', but got {direction!r}")
+    best: TrialRecord | None = None
+    for t in trials:
+        if (t.status != TrialStatus.COMPLETE or not t.feasible or t.objective_value is None
+                or (exclude is not None and exclude(t))):
+            continue
+        if best is None or (t.objective_value > best.objective_value  # type: ignore[operator]
+                            if direction == "maximize"
+                            else t.objective_value < best.objective_value):  # type: ignore[operator]
+            best = t
+    return best
+
+
+def best_feasible_of_study(store: TrialStore, study: StudyRecord) -> TrialRecord | None:
+    """The best feasible trial of ``study`` by its own objective (:func:`best_feasible`)."""
+    return best_feasible(store.trials_of_study(study.id or 0, [TrialStatus.COMPLETE]),
+                         study.objective_direction)

@@ -36,7 +36,7 @@ from knowledge.models import (
 __all__ = ["TrialFilter", "TrialStore", "make_engine"]
 
 #: Tables whose columns added after their first release are added to an older store on open.
-_MIGRATED_TABLES = frozenset({"advisor_trial"})
+_MIGRATED_TABLES = frozenset({"advisor_study", "advisor_trial"})
 
 
 def make_engine(url: str, *, create_dir: bool = False) -> Engine:
@@ -196,6 +196,43 @@ class TrialStore:
             if study is None:
                 raise StoreError(f"no study with id {study_id}")
             study.data_provenance = {**study.data_provenance, **items}
+            study.updated_at = utcnow()
+            s.add(study)
+            s.commit()
+            s.refresh(study)
+            return study
+
+    def adopt_study_spec(self, study_id: int, document: Mapping[str, Any]) -> StudyRecord:
+        """Store ``document`` as the settings of a study an earlier release created (it has
+        none yet); a study that has one keeps it, so two processes adopting at once cannot
+        undo a change the first made since. Returns the study as stored."""
+        with self.session() as s:
+            s.exec(update(StudyRecord).where(col(StudyRecord.id) == study_id,
+                                             col(StudyRecord.spec).is_(None))
+                   .values(spec=dict(document)))
+            s.commit()
+            study = s.get(StudyRecord, study_id)
+            if study is None:
+                raise StoreError(f"no study with id {study_id}")
+            s.refresh(study)
+            return study
+
+    def update_study_spec(self, study_id: int, changes: Mapping[str, Any], *,
+                          provenance: Mapping[str, Any] | None = None) -> StudyRecord:
+        """Set ``changes`` in the study's settings document (other settings kept) and, in the
+        same transaction, ``provenance`` in its ``data_provenance``; a changed ``n_trials`` is
+        also the study's budget column, which claims read. Returns the updated study."""
+        with self.session() as s:
+            study = s.get(StudyRecord, study_id)
+            if study is None:
+                raise StoreError(f"no study with id {study_id}")
+            if study.spec is None:
+                raise StoreError(f"study {study.name!r} has no settings document to update")
+            study.spec = {**study.spec, **changes}
+            if "n_trials" in changes:
+                study.n_trials = int(changes["n_trials"])
+            if provenance:
+                study.data_provenance = {**study.data_provenance, **provenance}
             study.updated_at = utcnow()
             s.add(study)
             s.commit()

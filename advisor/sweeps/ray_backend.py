@@ -2,9 +2,10 @@
 
 Optuna stays the search algorithm, on the study in the project database, through Ray's
 ``OptunaSearch`` — wrapped, because the stock searcher tells Optuna only the objective value: the
-SLO margins must reach the sampler as constraints (``trial.set_constraint``), failed trials must be
-told as failed (the stock one reports a missing value as *pruned*), and the trial's identity
-(number, Optuna id, role) must reach the Ray worker so it can claim and store the trial.
+SLO margins must reach the sampler as constraints, failed trials must be told as failed (the stock
+one reports a missing value as *pruned*), and the trial's identity (number, Optuna id, role) must
+reach the Ray worker so it can claim and store the trial. The searcher tells each trial through
+:class:`OptunaBridge`, exactly as the in-process driver does.
 
 The trainable runs on a Ray worker: :meth:`StudyDriver.execute` claims the trial in the store,
 runs it in an isolated child with heartbeats (a crash or hang fails only that trial) and stores
@@ -26,14 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
+from advisor import recovery
 from advisor.driver import StudyDriver, failure_streak
 from advisor.errors import StudyError
+from advisor.optuna_bridge import OptunaBridge, optuna_storage, trial_details
 from advisor.sampling import suggest_config
 from advisor.settings import Settings
 from advisor.sweeps.spec import RayOptions
 from knowledge import TrialRecord, TrialStatus, TrialStore
+from objectives import parse_slo
 from objectives.hardware import hardware_key_with_gpus
 from objectives.registry import get_target
 
@@ -70,14 +73,13 @@ class _Space:
 class ConstrainedOptunaSearch(OptunaSearch):
     """Ray's OptunaSearch on an existing study, with SLO constraints and failures told right."""
 
-    def __init__(self, *, study_name: str, db_url: str, target: str, direction: str,
+    def __init__(self, *, study_name: str, db_url: str, target: str, direction: str, slo: str,
                  sampler: optuna.samplers.BaseSampler, settings: dict[str, Any]) -> None:
-        from advisor.driver import optuna_storage
-
         super().__init__(space=_Space(target), metric=_METRIC,
                          mode="max" if direction == "maximize" else "min", sampler=sampler,
                          study_name=study_name, storage=optuna_storage(db_url))
         self.study_name, self.db_url, self.settings = study_name, db_url, settings
+        self.slo = slo  # the study's SLO, whose margins are told as constraints
         self._store: TrialStore | None = None
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
@@ -90,27 +92,23 @@ class ConstrainedOptunaSearch(OptunaSearch):
         if params is None:
             return None
         ot = self._ot_trials[trial_id]
-        details: dict[str, Any] = {"ray_trial_id": trial_id}
-        for key, value in ot.user_attrs.items():  # as StudyDriver._run_one names them
-            if key == "advisor_role":
-                details["role"] = value
-            elif key == "advisor_requeued_from":
-                details["requeued_from_trial"] = value
-            elif key.startswith("advisor_"):
-                details[key.removeprefix("advisor_")] = value
+        details: dict[str, Any] = {"ray_trial_id": trial_id, **trial_details(ot.user_attrs)}
         return {"knobs": params, "advisor": {
             "study": self.study_name, "number": ot.number, "optuna_trial_id": ot._trial_id,
             "details": details, "settings": self.settings}}
 
-    def _budget_taken(self) -> bool:
+    def _trial_store(self) -> TrialStore:
         if getattr(self, "_store", None) is None:  # also a searcher unpickled from a checkpoint
             self._store = TrialStore(self.db_url)
         assert self._store is not None
-        study = self._store.get_study(self.study_name)
+        return self._store
+
+    def _budget_taken(self) -> bool:
+        store = self._trial_store()
+        study = store.get_study(self.study_name)
         if study is None:
             return False
-        taken = self._store.count_trials(study.id or 0, [*TrialStatus.FINISHED,
-                                                         TrialStatus.RUNNING])
+        taken = store.count_trials(study.id or 0, [*TrialStatus.FINISHED, TrialStatus.RUNNING])
         return taken >= study.n_trials
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -121,33 +119,27 @@ class ConstrainedOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         ot, study = self._ot_trials[trial_id], self._study()
-        value = (result or {}).get(_METRIC)
+        rec = None
+        if result and result.get("status") == TrialStatus.COMPLETE \
+                and result.get(_METRIC) is not None:
+            # Told from the stored trial, as the driver tells it (Tune puts its own trial id
+            # in every result: the store finds the trial by its number).
+            store = self._trial_store()
+            stored_study = store.get_study(self.study_name)
+            rec = (store.trial_by_number(stored_study.id or 0, ot.number)
+                   if stored_study is not None else None)
         try:
-            if result and result.get("status") == TrialStatus.COMPLETE and value is not None:
-                for name, margin in (result.get("margins") or {}).items():
-                    ot.set_constraint(name, float(margin))
-                study.tell(ot, float(value))
-            else:
-                study.tell(ot, state=TrialState.FAIL)
+            OptunaBridge.tell_stored(study, ot._trial_id, ot.number, parse_slo(self.slo), rec)
         except (ValueError, RuntimeError) as exc:
             # Already told: a sweep's recovery failed this trial after a kill, before Tune
             # restored it.
             log.info("trial %s was already finished in Optuna: %s", ot.number, exc)
             if error:
-                self._fail_stored(ot.number, "the Ray trial errored (its worker died or could "
-                                             "not start it) after the retries FailureConfig "
-                                             "allows")
+                recovery.fail_running(
+                    self._trial_store(), self.study_name, ot.number, error_type="worker_crash",
+                    reason="the Ray trial errored (its worker died or could not start it) "
+                           "after the retries FailureConfig allows")
         self._completed_trials.add(trial_id)
-
-    def _fail_stored(self, number: int, reason: str) -> None:
-        store = TrialStore(self.db_url)
-        try:
-            study = store.get_study(self.study_name)
-            rec = store.trial_by_number(study.id or 0, number) if study else None
-            if rec is not None and rec.status == TrialStatus.RUNNING:
-                store.fail_trial(rec.id or 0, error_type="worker_crash", error=reason)
-        finally:
-            store.close()
 
     # Tune checkpoints the searcher; the Optuna study lives in the database, so only the map
     # from Tune trial ids to Optuna trials is saved, and the study is reopened on restore.
@@ -321,7 +313,7 @@ class RayBackend:
         spec, study, ostudy = driver.shared_study(study_name)
         searcher = ConstrainedOptunaSearch(
             study_name=study_name, db_url=self.store.url, target=spec.target,
-            direction=spec.objective.direction, sampler=ostudy.sampler,
+            direction=spec.objective.direction, slo=str(spec.slo), sampler=ostudy.sampler,
             settings={"db_url": self.settings.db_url,
                       "cache_dir": str(self.settings.cache_dir),
                       "trial_timeout_s": self.settings.trial_timeout_s,
