@@ -46,8 +46,10 @@ from knowledge.load_curve import HEAVY_LOAD
 from knowledge.surrogate import (
     ContextModels,
     WorkloadPoint,
+    launch_params,
     workload_distance,
     workload_features,
+    workload_params,
 )
 from objectives import SLO
 from objectives.llm.models import MODEL_SHAPES
@@ -345,8 +347,9 @@ class RecommendationQuery:
 
     ``hardware`` is a hardware key or part of one (``h200``, ``cpu-amd-epyc-2c``); None means any
     measured hardware (the context with the most evidence is used, and named). ``workload`` holds
-    workload features: ``rate_rps``, ``prompt_len`` and ``output_len`` medians (tokens) for LLM
-    targets; ``n_vectors``, ``dim`` and ``k`` for faiss. Missing features are taken from the
+    workload features as the target's workload kind declares them (objectives/kinds/), e.g.
+    ``rate_rps``, ``prompt_len`` and ``output_len`` medians (tokens) for LLM serving; ``n_vectors``,
+    ``dim`` and ``k`` for vector search. Missing features are taken from the
     nearest measured workload. ``objective`` defaults to the target's (e.g. ``maximize:qps``).
     """
 
@@ -680,14 +683,8 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
     if workload:
         # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
         args += ["--workload", workload.split("@", 1)[0]]
-    features = features or {}
-    if "rate_rps" in features:
-        args += ["--workload-param",
-                 f"arrival={{process: poisson, rate_rps: {features['rate_rps']:g}}}"]
-    if "n_vectors" in features:
-        args += ["--workload-param", f"n_base={int(features['n_vectors'])}"]
-    if "dim" in features and features.get("dim") != 384:
-        args += ["--workload-param", f"dim={int(features['dim'])}"]
+    for param in workload_params(features or {}):
+        args += ["--workload-param", param]
     for value in args:  # a newline would end the command (or the comment) and start another
         check_label(value, "a value of the suggested command")
     command = shlex.join([*args, "--trials", "40"])
@@ -1140,10 +1137,7 @@ def _predicted(pred: Mapping[str, tuple[Any, Any, Any]], i: int) -> dict[str, Pr
 def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float]) -> dict[str, Any]:
     """The nearest measured workload spec (its model, context length) for the launch command."""
     spec = dict(nearest.spec)
-    params = dict(spec.get("params", {}))
-    if "dim" in features and "dim" in params:
-        params["dim"] = int(features["dim"])
-    spec["params"] = params
+    spec["params"] = launch_params(dict(spec.get("params", {})), features)
     return spec
 
 

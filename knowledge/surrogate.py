@@ -26,6 +26,7 @@ from knowledge.curve_model import KNOB_CURVE_FAMILY, KnobCurveModel
 from knowledge.load_curve import LoadCurves, load_roles
 from knowledge.models import TrialRecord
 from knowledge.work_cost import CostLaw, WorkCost
+from objectives.vocabulary import workload_kinds
 
 __all__ = [
     "COST_TERMS",
@@ -48,9 +49,11 @@ __all__ = [
     "fit_knob_curves",
     "fit_load_curves",
     "instance_groups",
+    "launch_params",
     "metric_transform",
     "noise_floor",
     "workload_features",
+    "workload_params",
 ]
 
 #: Surrogate families that :class:`IntervalRegressor` implements (benchmarks/surrogates.py
@@ -104,50 +107,38 @@ def context_of(trial: TrialRecord) -> ContextKey:
     """The context a trial's measurements belong to."""
     params = trial.workload_spec.get("params", {}) or {}
     model = params.get("model")
+    # An engine's version is recorded under the target's name or its Python spelling.
     engine = trial.engine_versions.get(trial.target) or trial.engine_versions.get(
         trial.target.replace("-", "_"))
-    if engine is None and trial.target == "tensorrt-llm":
-        engine = trial.engine_versions.get("tensorrt_llm")
     return ContextKey(trial.target, trial.hardware_key, str(model) if model else None,
                       _minor(engine))
-
-
-def _median_of(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, Mapping):
-        for key in ("median", "value", "mean"):
-            if isinstance(value.get(key), int | float):
-                return float(value[key])
-    return None
 
 
 def workload_features(spec: Mapping[str, Any]) -> dict[str, float]:
     """Numeric workload features of a stored workload spec (or of a query's plain mapping).
 
-    Names are the public vocabulary of queries: ``rate_rps``, ``prompt_len``, ``output_len``
-    (medians, tokens) for LLM serving; ``n_vectors``, ``dim``, ``k`` for vector search.
+    Names are the public vocabulary of queries, declared by the workload kinds
+    (objectives/kinds/): a query's mapping names no kind, so every kind reads what it knows.
     """
     params: Mapping[str, Any] = spec.get("params", spec) or {}
     out: dict[str, float] = {}
-    arrival = params.get("arrival")
-    rate = arrival.get("rate_rps") if isinstance(arrival, Mapping) else params.get("rate_rps")
-    if isinstance(rate, int | float) and not isinstance(rate, bool):
-        out["rate_rps"] = float(rate)
-    for name in ("prompt_len", "output_len"):
-        if (v := _median_of(params.get(name))) is not None:
-            out[name] = v
-    n_vectors = params.get("n_vectors", params.get("n_base"))
-    if isinstance(n_vectors, int | float) and not isinstance(n_vectors, bool):
-        out["n_vectors"] = float(n_vectors)
-    if isinstance(params.get("dim"), int | float):
-        out["dim"] = float(params["dim"])
-    elif "n_vectors" in out and params.get("dataset") == "stdlib-docs":
-        out["dim"] = 384.0  # the MiniLM embedder of the stdlib corpus; not a stored parameter
-    if isinstance(params.get("k"), int | float) and not isinstance(params.get("k"), bool):
-        out["k"] = float(params["k"])
+    for kind in workload_kinds():
+        out.update(kind.features(params))
+    return out
+
+
+def workload_params(features: Mapping[str, float]) -> list[str]:
+    """``features`` back as ``name=value`` workload parameters (``advisor tune
+    --workload-param``), as the workload kinds declare the inverse of their features."""
+    return [param for kind in workload_kinds() for param in kind.workload_params(features)]
+
+
+def launch_params(params: Mapping[str, Any], features: Mapping[str, float]) -> dict[str, Any]:
+    """A measured spec's ``params`` moved to the asked ``features`` where a kind can (for a
+    launch command)."""
+    out = dict(params)
+    for kind in workload_kinds():
+        out = kind.launch_params(out, features)
     return out
 
 
@@ -207,160 +198,45 @@ def _inverse(kind: str, z: np.ndarray) -> np.ndarray:
 # -- features -------------------------------------------------------------------------------------
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if value > 0 else None
-
-
 def derived_features(config: Mapping[str, Any], workload: Mapping[str, float]
                      ) -> dict[str, float]:
     """Products and ratios that serving costs are proportional to, so a (log-)linear model can
-    use them directly: vectors scanned per query (N·nprobe/nlist), the share of lists probed,
-    PQ code size, queries per thread per call; tokens/s and prefill tokens/s the arrival process
-    demands, and sequences allowed per arriving request/s.
-
-    For vector search also the per-query work, summed over the stages a query goes through (see
-    :func:`_search_work`): the stages add up, so no product of knobs (a straight line in log
-    space) describes the total, and one work figure lets index families share one cost law.
-    """
+    use them directly, as each workload kind declares them (objectives/kinds/): a kind's features
+    appear where its knobs and workload features do."""
     out: dict[str, float] = {}
-    nlist, nprobe, n = _num(config.get("nlist")), _num(config.get("nprobe")), \
-        _num(workload.get("n_vectors"))
-    if nlist and nprobe:
-        out["probe_fraction"] = nprobe / nlist
-        if n:
-            out["scanned_vectors"] = n * nprobe / nlist
-            out["list_size"] = n / nlist
-    if (m := _num(config.get("pq_m"))) and (bits := _num(config.get("pq_nbits"))):
-        out["pq_code_bits"] = m * bits
-    if (batch := _num(config.get("batch_size"))) and (threads := _num(config.get("threads"))):
-        out["batch_per_thread"] = batch / threads
-        # Searches run one query per thread: a call of fewer queries than threads leaves some idle.
-        out["busy_threads"] = min(batch, threads)
-    out.update(_search_work(config, workload, out.get("scanned_vectors")))
-    rate = _num(workload.get("rate_rps"))
-    if rate:
-        if out_len := _num(workload.get("output_len")):
-            out["demand_tokens_per_s"] = rate * out_len
-        if in_len := _num(workload.get("prompt_len")):
-            out["demand_prefill_tokens_per_s"] = rate * in_len
-        if seqs := _num(config.get("max_num_seqs")):
-            out["seqs_per_rate"] = seqs / rate
+    for kind in workload_kinds():
+        out.update(kind.derived_features(config, workload))
     return out
 
 
-def _search_work(config: Mapping[str, Any], workload: Mapping[str, float],
-                 scanned: float | None) -> dict[str, float]:
-    """Per-query work of an (IVF and/or HNSW, flat or PQ) vector index, from the knobs present.
-
-    A query's time is a *sum* over its stages, each with its own cost per unit; the log of a sum
-    is not linear in the logs of the knobs, so the stages' work and their total are features:
-
-    - ``graph_visits``: distances an HNSW search computes, ~ max(ef_search, wanted) · 2·hnsw_m
-      (the bottom layer keeps up to 2M neighbours per node; wanted = k, or nprobe when the graph
-      is an IVF index's coarse quantizer), at most the graph's size (N, or nlist under IVF).
-    - ``work_queue``: comparisons in the HNSW candidate queue. faiss keeps q = max(ef_search,
-      wanted) candidates (at most the graph's size) in an array, and each of the ~q nodes a
-      search expands scans all of it twice (pop the nearest, count those nearer than it):
-      2·q² per query. Quadratic in ef: at ef = 719 on a 1,784-node coarse graph it is 3.7x the
-      search's multiply-adds, and the ef-heavy IVF-HNSW configs were the worst predicted.
-    - ``coarse_distances``: distances that pick the lists to probe: nlist for a flat coarse
-      quantizer, ``graph_visits`` for an HNSW one; ``distance_evals``: those plus the vectors
-      scanned (an HNSW index alone: its graph visits).
-    - With ``dim``, multiply-adds per stage: ``work_graph`` (graph_visits · dim),
-      ``work_coarse`` (nlist · dim), ``work_flat_scan`` (scanned · dim for full vectors),
-      ``work_codes`` (scanned · pq_m table look-ups for byte-aligned PQ codes;
-      ``work_packed_codes`` for 4- or 6-bit codes, which are unpacked first: another cost per
-      look-up), ``work_pq_table`` (the 2^pq_nbits · dim look-up table a query builds), and the
-      fixed costs per probed list (``work_lists`` = nprobe) and per candidate vector
-      (``work_vectors`` = scanned: heap and id bookkeeping); ``query_work`` is their
-      multiply-add total, with ``work_queue``'s comparisons counted as one multiply-add each.
-
-    These are also the terms of the fitted cost law (:data:`COST_TERMS`, :func:`cost_law`).
-    """
-    out: dict[str, float] = {}
-    nlist, nprobe = _num(config.get("nlist")), _num(config.get("nprobe"))
-    n, k, dim = _num(workload.get("n_vectors")), _num(workload.get("k")), \
-        _num(workload.get("dim"))
-    ef, hnsw_m = _num(config.get("ef_search")), _num(config.get("hnsw_m"))
-    pq_m, bits = _num(config.get("pq_m")), _num(config.get("pq_nbits"))
-    visits: float | None = None
-    queue = 0.0
-    if ef and hnsw_m:
-        wanted = (nprobe if nlist else k) or 0.0
-        queue = max(ef, wanted)
-        visits = queue * 2 * hnsw_m
-        if graph := nlist or n:
-            visits, queue = min(visits, graph), min(queue, graph)
-        out["graph_visits"] = visits
-    ivf = nlist is not None and nprobe is not None and scanned is not None
-    if ivf:
-        coarse = visits if visits is not None else float(nlist or 0.0)
-        out["coarse_distances"] = coarse
-        out["distance_evals"] = coarse + float(scanned or 0.0)
-    elif visits is not None:
-        out["distance_evals"] = visits
-    if not dim:
-        return out
-    terms: dict[str, float] = {}
-    if visits is not None:
-        terms["graph"] = visits * dim
-        terms["queue"] = 2 * queue * queue
-    if ivf and nlist and nprobe and scanned:
-        if visits is None:
-            terms["coarse"] = nlist * dim
-        terms["lists"] = nprobe
-        terms["vectors"] = scanned
-        if pq_m and bits:
-            # Byte-aligned codes (8 bits per sub-quantizer) index the look-up table directly;
-            # packed ones (4, 6 bits) are unpacked first: a different cost per code.
-            terms["codes" if bits % 8 == 0 else "packed_codes"] = scanned * pq_m
-            terms["pq_table"] = 2**bits * dim
-        else:
-            terms["flat_scan"] = scanned * dim
-    if terms:
-        multiply_adds = ("graph", "queue", "coarse", "flat_scan", "codes", "packed_codes",
-                         "pq_table")
-        out["query_work"] = sum(terms.get(t, 0.0) for t in multiply_adds)
-        out.update({f"work_{t}": v for t, v in terms.items()})
-    return out
-
-
-#: The stages of a vector search whose work (per query, :func:`_search_work`) the cost law adds
-#: up, each at a unit cost of its own: HNSW multiply-adds, visits (visited-table checks, queue
-#: pushes) and queue comparisons; the flat coarse quantizer's multiply-adds; the scan's
-#: multiply-adds, byte-aligned and packed PQ look-ups and PQ table; per probed list and per
-#: candidate vector bookkeeping.
-COST_TERMS = ("work_graph", "graph_visits", "work_queue", "work_coarse", "work_flat_scan",
-              "work_codes", "work_packed_codes", "work_pq_table", "work_lists", "work_vectors")
+#: The per-query work terms every declared cost law adds up (objectives/vocabulary.py).
+COST_TERMS = tuple(t for kind in workload_kinds() if kind.cost_law for t in kind.cost_law.terms)
 
 
 def cost_law(encoder: FeatureEncoder, metric: str) -> CostLaw | None:
     """The cost law of ``metric`` over ``encoder``'s columns, or None where none applies.
 
-    One applies where the context's rows carry per-query work (:data:`COST_TERMS`: vector
-    search with a known dimension) and the metric is one query's time (the single-query
-    latency percentiles and mean, ``*_latency_ms`` but ``batch_*``) or ``qps``, the rate of
-    batched calls (its work shared by ``busy_threads``, each call's fixed cost by its
-    ``batch_size`` queries). Each index type (each category of a string knob) has a fixed cost
-    per query of its own.
+    One applies where the context's rows carry the per-query work terms a workload kind declares
+    (:class:`~objectives.vocabulary.CostLawSpec`) and the kind models ``metric``: one query's
+    time, or a rate of batched calls (its work shared by the kind's ``parallel`` column, each
+    call's fixed cost by its ``per_call`` queries). Each category of a string knob (an index
+    type) has a fixed cost per query of its own.
     """
-    if metric == "qps":
-        rate = True
-    elif metric.endswith("_latency_ms") and not metric.startswith("batch_"):
-        rate = False
-    else:
-        return None
     index = {c: i for i, c in enumerate(encoder.columns_)}
-    terms = tuple(index[t] for t in COST_TERMS if t in index)
-    if not terms:
-        return None
-    fixed = tuple(index[f"{name}={c}"] for name, cats in sorted(encoder.categories_.items())
-                  for c in cats)
-    return CostLaw(terms, fixed, rate=rate,
-                   parallel=index.get("busy_threads") if rate else None,
-                   per_call=index.get("batch_size") if rate else None)
+    for kind in workload_kinds():
+        spec = kind.cost_law
+        if spec is None or (role := spec.metric_role(metric)) is None:
+            continue
+        terms = tuple(index[t] for t in spec.terms if t in index)
+        if not terms:
+            continue
+        rate = role == "rate"
+        fixed = tuple(index[f"{name}={c}"] for name, cats in sorted(encoder.categories_.items())
+                      for c in cats)
+        return CostLaw(terms, fixed, rate=rate,
+                       parallel=index.get(spec.parallel) if rate and spec.parallel else None,
+                       per_call=index.get(spec.per_call) if rate and spec.per_call else None)
+    return None
 
 
 class FeatureEncoder:
@@ -474,8 +350,8 @@ def _distinct_rows_at_least(rows: np.ndarray, need: int) -> bool:
     """Whether ``rows`` holds at least ``need`` distinct rows (as ``np.unique(axis=0)`` counts
     them: a row holding NaN equals no other row, and -0.0 equals 0.0). The first ``need`` rows
     usually settle it; only otherwise are all rows sorted (a sort of every row on every call
-    was 11 of the 65 s the shipped FAISS fit took, and a Python loop over rows 16 of a profiled
-    226 s knowledge fit)."""
+    was 11 of the 65 s the shipped vector-search fit took, and a Python loop over rows 16 of a
+    profiled 226 s knowledge fit)."""
     if len(rows) < need or len(rows) == 0:
         return False
     rows = np.asarray(rows, dtype=float)
@@ -504,8 +380,8 @@ class _LinearBase:
     Standardised features are clipped to the training range widened by its own width on either
     side: a column seen at almost one value in a (bootstrap) sample gets a tiny spread, and
     without the clip a held-out value far from it makes the linear part explode (a 400-fold
-    log error was seen on the shipped FAISS data). Measured-neighbour extrapolation up to one
-    range width beyond the training data is kept.
+    log error was seen on the shipped vector-search data). Measured-neighbour extrapolation up to
+    one range width beyond the training data is kept.
     """
 
     def fit(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> _LinearBase:
@@ -1271,7 +1147,7 @@ def _metric_names(trials: Sequence[TrialRecord], min_share: float = 0.8) -> list
             if m not in _SKIP_METRICS and isinstance(v, int | float) and math.isfinite(v):
                 counts[m] = counts.get(m, 0) + 1
     # p90s sit between the modelled p50/p95/p99 and are never asked for more than those. Of a
-    # RAG trial's per-stage breakdown only the mean and p95 are modelled: they are what the
+    # pipeline trial's per-stage breakdown only the mean and p95 are modelled: they are what the
     # cheat-sheet's stage shares and SLOs use, and each modelled metric costs a fit.
     return sorted(m for m, c in counts.items() if c >= max(2, min_share * len(trials))
                   and "_p90" not in m and not _stage_detail(m))
@@ -1305,7 +1181,7 @@ def _xy(trials: Sequence[TrialRecord], encoder: FeatureEncoder, metric: str
     y = np.asarray([float(t.metrics[metric]) for t in rows])
     groups = np.asarray([t.config_hash for t in rows])
     # Positions, not `t in rows`: that compared records field by field, O(n^2) (18 of the 65 s
-    # the shipped FAISS fit took).
+    # the shipped vector-search fit took).
     return X, y, groups, np.asarray(keep, dtype=int)
 
 
