@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from objectives.datasets.vectors import DATASETS
-from objectives.registry import _registry, target_names
+from objectives.registry import target_class, target_names
+from objectives.target import Target
 from search_spaces import SPACES_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,13 +37,8 @@ def _spellings(name: str) -> set[str]:
     return {lowered, "".join(parts), "_".join(parts), "-".join(parts), ".".join(parts)}
 
 
-def _target_classes() -> list[type]:
-    import importlib
-    classes = []
-    for path in _registry().values():
-        module_name, _, class_name = path.partition(":")
-        classes.append(getattr(importlib.import_module(module_name), class_name))
-    return classes
+def _target_classes() -> list[type[Target]]:
+    return [target_class(name) for name in target_names()]
 
 
 @cache
@@ -57,7 +53,7 @@ def forbidden_words() -> frozenset[str]:
     names: set[str] = set(target_names())
     for cls in _target_classes():
         names.add(cls.engine)
-        names.update(getattr(cls, "aliases", ()))
+        names.update(cls.aliases)
     names.update(str(space.get("engine", "")) for space in _spaces())
     return frozenset(s for name in names if name for s in _spellings(name))
 
