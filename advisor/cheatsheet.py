@@ -30,7 +30,7 @@ from advisor.sheet_figures import (
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.rules import Rule, fit_rules, pareto_front
-from knowledge.surrogate import ContextModels, WorkloadPoint
+from knowledge.surrogates import ContextModels, WorkloadPoint
 from objectives.metrics import metric_spec
 from objectives.vocabulary import Tier, workload_kinds
 from objectives.workload import canonical_json

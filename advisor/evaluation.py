@@ -18,7 +18,7 @@ import numpy as np
 
 from advisor.objective import Objective
 from knowledge import TrialRecord
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     DEFAULT_FAMILY,
     ContextKey,
     context_of,
@@ -97,7 +97,7 @@ def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
                         load_curves: bool = True) -> FeasibilityAudit:
     """Audit the conservative feasibility filter of one context on held-out configs (or, with
     ``group_by``, held-out workloads or engine instances, as
-    :func:`knowledge.surrogate.cross_validate` holds them out); ``load_curves`` as there."""
+    :func:`knowledge.surrogates.cross_validate` holds them out); ``load_curves`` as there."""
     from sklearn.model_selection import GroupKFold
 
     rows = [t for t in trials if t.status == "complete" and t.metrics]

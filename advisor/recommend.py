@@ -1,7 +1,7 @@
 """Recommenders: SLO + target + hardware + model + workload -> a config.
 
 Two paths. :func:`recommend` is model-based: it predicts every candidate config's metrics at the
-asked workload with the fitted surrogates (knowledge/surrogate.py) and returns the config that
+asked workload with the fitted surrogates (knowledge/surrogates/) and returns the config that
 maximises the objective while the *conservative* end of every SLO metric's interval meets the SLO,
 with the nearest measured trials as evidence, a confidence verdict, and the launch command. Outside
 the data (other hardware, model, or a workload far from anything measured) it answers
@@ -43,7 +43,7 @@ from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.failures import StartFacts, start_workload_features
 from knowledge.load_curve import HEAVY_LOAD
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     ContextModels,
     WorkloadPoint,
     launch_params,

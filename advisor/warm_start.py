@@ -30,7 +30,7 @@ from advisor.recommend import RecommendationQuery, recommend
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
-from knowledge.surrogate import workload_features
+from knowledge.surrogates import workload_features
 from objectives import SLO, Workload
 from objectives.hardware import hardware_key as this_hardware
 from objectives.registry import get_target
