@@ -30,63 +30,34 @@ from advisor.sheet_figures import (
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.rules import Rule, fit_rules, pareto_front
-from knowledge.surrogate import ContextModels, WorkloadPoint
+from knowledge.surrogates import ContextModels, WorkloadPoint
 from objectives.metrics import metric_spec
+from objectives.vocabulary import Tier, workload_kinds
 from objectives.workload import canonical_json
 
 __all__ = ["TIERS", "CheatSheet", "CheatSheetRow", "Tier", "build_cheatsheet", "knob_value"]
 
 
-@dataclass(frozen=True)
-class Tier:
-    """An SLO tier: what "interactive" / "standard" / "throughput" means for a target family."""
-
-    name: str
-    slo: str
-    objective: str
-    description: str
+#: Tier sets by workload kind, as the kinds declare them (objectives/kinds/). A target gets the
+#: most specific set whose metrics it reports (:func:`tiers_for`).
+TIERS: dict[str, tuple[Tier, ...]] = {kind.name: kind.tiers for kind in workload_kinds()
+                                      if kind.tiers}
 
 
-_LLM_TIERS = (
-    Tier("interactive", "ttft_p95_ms<=500,tpot_p95_ms<=25", "maximize:output_tokens_per_s",
-         "chat that feels instant: first token within 0.5 s, 40+ tokens/s per stream"),
-    Tier("standard", "ttft_p95_ms<=2000,tpot_p95_ms<=50", "maximize:output_tokens_per_s",
-         "interactive use with some queueing: first token within 2 s, 20+ tokens/s"),
-    Tier("throughput", "tpot_p95_ms<=100", "maximize:output_tokens_per_s",
-         "batch / offline: the most output tokens per second, streams may be slow"),
-)
-_RAG_TIERS = (
-    Tier("interactive", "ttft_p95_ms<=500,e2e_p95_ms<=2000,recall_at_5>=0.9",
-         "maximize:goodput_requests_per_s",
-         "RAG answers that start within 0.5 s and finish within 2 s of the query, recall@5 >= 0.9"),
-    Tier("standard", "ttft_p95_ms<=2000,e2e_p95_ms<=10000,recall_at_5>=0.9",
-         "maximize:goodput_requests_per_s",
-         "RAG with some queueing: first token within 2 s, answer within 10 s, recall@5 >= 0.9"),
-    Tier("throughput", "recall_at_5>=0.8", "maximize:output_tokens_per_s",
-         "batch RAG: the most answer tokens per second at recall@5 >= 0.8"),
-)
-_VECTOR_TIERS = (
-        Tier("interactive", "recall_at_10>=0.95", "minimize:p95_latency_ms",
-             "online retrieval: lowest single-query p95 at recall@10 >= 0.95"),
-        Tier("standard", "recall_at_10>=0.95,p95_latency_ms<=1", "maximize:qps",
-             "most queries/s at recall@10 >= 0.95 with single-query p95 <= 1 ms"),
-        Tier("throughput", "recall_at_10>=0.9", "maximize:qps",
-             "bulk search: most queries/s at recall@10 >= 0.9"),
-)
-#: Tier families: the first whose metrics a target reports is its tiers (LLM serving targets get
-#: the LLM tiers, vector search the vector-search tiers).
-TIERS: dict[str, tuple[Tier, ...]] = {"rag": _RAG_TIERS, "vector-search": _VECTOR_TIERS,
-                                      "llm-serving": _LLM_TIERS}
+def _tier_metrics(tiers: Sequence[Tier]) -> set[str]:
+    """The metrics ``tiers`` bound or optimise."""
+    needed = {b.split("<=")[0].split(">=")[0] for t in tiers for b in t.slo.split(",")}
+    return needed | {t.objective.split(":", 1)[1] for t in tiers}
 
 
 def tiers_for(target: str) -> tuple[Tier, ...]:
+    """The tiers of the most specific tier set (the one naming the most metrics) whose metrics
+    ``target`` reports: a pipeline's tiers before those of the serving stage inside it."""
     from objectives.registry import get_target
 
     reported = get_target(target).reported_metrics()
-    for tiers in TIERS.values():
-        needed = {b.split("<=")[0].split(">=")[0] for t in tiers for b in t.slo.split(",")}
-        needed |= {t.objective.split(":", 1)[1] for t in tiers}
-        if needed <= reported:
+    for tiers in sorted(TIERS.values(), key=lambda tiers: -len(_tier_metrics(tiers))):
+        if _tier_metrics(tiers) <= reported:
             return tiers
     return ()
 
@@ -105,7 +76,7 @@ class CheatSheetRow:
     recommendation: ModelRecommendation
     importance: dict[str, float]
     evidence_count: int
-    #: Mean ms per pipeline stage (RAG) at the recommended config, and whether predicted or, with
+    #: Mean ms per pipeline stage at the recommended config, and whether predicted or, with
     #: no recommendation, measured over the workload's trials; empty for single-stage targets.
     stage_budget_ms: dict[str, float] = field(default_factory=dict)
     stage_budget_source: str = ""
@@ -235,9 +206,8 @@ def _stage_budget(ctx: ContextModels, config: Mapping[str, Any] | None, w: Workl
                   hashes: frozenset[str]
                   ) -> tuple[dict[str, float], str]:
     """Mean ms per pipeline stage: predicted at ``config``, else measured at ``w``'s trials."""
-    from objectives.rag.pipeline import STAGES
-
-    metrics = [f"{s}_mean_ms" for s in STAGES if f"{s}_mean_ms" in ctx.metrics]
+    stages = [s for kind in workload_kinds() for s in kind.stages]
+    metrics = [f"{s}_mean_ms" for s in stages if f"{s}_mean_ms" in ctx.metrics]
     if not metrics:
         return {}, ""
     if config is not None:

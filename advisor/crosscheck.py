@@ -4,8 +4,8 @@ side by side on the same server, the same requests and the same rates.
 A measuring client can be part of what it measures (docs/metrics.md): this is how a GPU run shows
 that it is not, before any trial of it is trusted. For each config (the engine default unless
 others are given) and each rate, the advisor's client measures the workload exactly as a trial
-does (warm-up, replay, server scrape, validity gate), then the target's reference harness (for
-vLLM: ``vllm bench serve``) replays the same requests, exported as ShareGPT, with the server's
+does (warm-up, replay, server scrape, validity gate), then the target's reference harness (the
+engine's own benchmark client) replays the same requests, exported as ShareGPT, with the server's
 metrics scraped around it too. The workload's lengths are clamped to what the harness replays so
 both send the same requests. The report gives every figure of both harnesses and the server's
 view of each window, with the advisor/reference ratios and whether the advisor's TTFT p95, TPOT

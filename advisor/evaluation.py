@@ -18,7 +18,7 @@ import numpy as np
 
 from advisor.objective import Objective
 from knowledge import TrialRecord
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     DEFAULT_FAMILY,
     ContextKey,
     context_of,
@@ -28,6 +28,7 @@ from knowledge.surrogate import (
 )
 from objectives import SLO, parse_slo
 from objectives.registry import get_target
+from objectives.vocabulary import kind_for_target
 
 __all__ = ["FeasibilityAudit", "audit_slos", "audit_store_trials", "holdout_feasibility"]
 
@@ -75,28 +76,15 @@ class FeasibilityAudit:
 
 
 def audit_slos(target: str, trials: Sequence[TrialRecord]) -> list[SLO]:
-    """SLOs spread over what was measured: latency bounds at the 30th/50th/70th percentile of
-    the measured values, crossed with a quality bound (recall for faiss, TPOT for LLMs)."""
+    """SLOs spread over what was measured, as the target's workload kind declares them
+    (objectives/kinds/): latency bounds at percentiles of the measured values, crossed with a
+    quality bound (recall for vector search, TPOT for LLM serving)."""
     def q(metric: str, p: float) -> float | None:
         vals = [float(t.metrics[metric]) for t in trials
                 if isinstance(t.metrics.get(metric), int | float)]
         return float(np.percentile(vals, p)) if vals else None
 
-    out: list[SLO] = []
-    if target == "faiss":
-        for p in (30, 50, 70):
-            lat = q("p95_latency_ms", p)
-            for recall in (0.9, 0.95):
-                if lat is not None:
-                    out.append(parse_slo(f"p95_latency_ms<={lat:.6g},recall_at_10>={recall}"))
-        return out
-    for p in (30, 50, 70):
-        ttft = q("ttft_p95_ms", p)
-        for pt in (50, 80):
-            tpot = q("tpot_p95_ms", pt)
-            if ttft is not None and tpot is not None:
-                out.append(parse_slo(f"ttft_p95_ms<={ttft:.6g},tpot_p95_ms<={tpot:.6g}"))
-    return out
+    return [parse_slo(slo) for slo in kind_for_target(target).audit_slos(q)]
 
 
 def _objective(target: str) -> Objective:
@@ -109,7 +97,7 @@ def holdout_feasibility(key: ContextKey, trials: Sequence[TrialRecord], *,
                         load_curves: bool = True) -> FeasibilityAudit:
     """Audit the conservative feasibility filter of one context on held-out configs (or, with
     ``group_by``, held-out workloads or engine instances, as
-    :func:`knowledge.surrogate.cross_validate` holds them out); ``load_curves`` as there."""
+    :func:`knowledge.surrogates.cross_validate` holds them out); ``load_curves`` as there."""
     from sklearn.model_selection import GroupKFold
 
     rows = [t for t in trials if t.status == "complete" and t.metrics]

@@ -8,9 +8,9 @@ SIGKILLed driver leaves no orphaned engine behind.
 The memory limit is on the *resident* memory of the trial's whole process tree (the child and the
 engine servers it starts), polled every :data:`MEMORY_POLL_S`: over it, the group is killed and
 the trial fails as ``oom`` with the figure. An address-space limit (``RLIMIT_AS``) would count
-virtual reservations instead — CUDA, vLLM and even ``import faiss`` reserve far more than they
-use — and fail imports with a misleading reason. Between two polls an allocation can overshoot;
-the kernel's OOM killer stays the last guard.
+virtual reservations instead — CUDA, serving engines and even importing a vector index library
+reserve far more than they use — and fail imports with a misleading reason. Between two polls an
+allocation can overshoot; the kernel's OOM killer stays the last guard.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Recommenders: SLO + target + hardware + model + workload -> a config.
 
 Two paths. :func:`recommend` is model-based: it predicts every candidate config's metrics at the
-asked workload with the fitted surrogates (knowledge/surrogate.py) and returns the config that
+asked workload with the fitted surrogates (knowledge/surrogates/) and returns the config that
 maximises the objective while the *conservative* end of every SLO metric's interval meets the SLO,
 with the nearest measured trials as evidence, a confidence verdict, and the launch command. Outside
 the data (other hardware, model, or a workload far from anything measured) it answers
@@ -43,11 +43,13 @@ from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.failures import StartFacts, start_workload_features
 from knowledge.load_curve import HEAVY_LOAD
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     ContextModels,
     WorkloadPoint,
+    launch_params,
     workload_distance,
     workload_features,
+    workload_params,
 )
 from objectives import SLO
 from objectives.llm.models import MODEL_SHAPES
@@ -345,8 +347,9 @@ class RecommendationQuery:
 
     ``hardware`` is a hardware key or part of one (``h200``, ``cpu-amd-epyc-2c``); None means any
     measured hardware (the context with the most evidence is used, and named). ``workload`` holds
-    workload features: ``rate_rps``, ``prompt_len`` and ``output_len`` medians (tokens) for LLM
-    targets; ``n_vectors``, ``dim`` and ``k`` for faiss. Missing features are taken from the
+    workload features as the target's workload kind declares them (objectives/kinds/), e.g.
+    ``rate_rps``, ``prompt_len`` and ``output_len`` medians (tokens) for LLM serving; ``n_vectors``,
+    ``dim`` and ``k`` for vector search. Missing features are taken from the
     nearest measured workload. ``objective`` defaults to the target's (e.g. ``maximize:qps``).
     """
 
@@ -680,14 +683,8 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
     if workload:
         # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
         args += ["--workload", workload.split("@", 1)[0]]
-    features = features or {}
-    if "rate_rps" in features:
-        args += ["--workload-param",
-                 f"arrival={{process: poisson, rate_rps: {features['rate_rps']:g}}}"]
-    if "n_vectors" in features:
-        args += ["--workload-param", f"n_base={int(features['n_vectors'])}"]
-    if "dim" in features and features.get("dim") != 384:
-        args += ["--workload-param", f"dim={int(features['dim'])}"]
+    for param in workload_params(features or {}):
+        args += ["--workload-param", param]
     for value in args:  # a newline would end the command (or the comment) and start another
         check_label(value, "a value of the suggested command")
     command = shlex.join([*args, "--trials", "40"])
@@ -1140,10 +1137,7 @@ def _predicted(pred: Mapping[str, tuple[Any, Any, Any]], i: int) -> dict[str, Pr
 def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float]) -> dict[str, Any]:
     """The nearest measured workload spec (its model, context length) for the launch command."""
     spec = dict(nearest.spec)
-    params = dict(spec.get("params", {}))
-    if "dim" in features and "dim" in params:
-        params["dim"] = int(features["dim"])
-    spec["params"] = params
+    spec["params"] = launch_params(dict(spec.get("params", {})), features)
     return spec
 
 

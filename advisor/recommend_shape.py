@@ -28,7 +28,7 @@ from knowledge.shape_transfer import (
     ShapePrediction,
     ShapeTransfer,
 )
-from knowledge.surrogate import context_of, workload_features
+from knowledge.surrogates import context_of, workload_features
 from knowledge.validity import is_usable
 from objectives import SLO
 from objectives.llm.shapes import KV_DTYPE_BYTES, ShapeFeatures, shape_features

@@ -19,7 +19,7 @@ from typing import Any
 
 from advisor.errors import SLOParseError
 from knowledge.rules import pareto_front
-from knowledge.surrogate import ContextModels, WorkloadPoint
+from knowledge.surrogates import ContextModels, WorkloadPoint
 from objectives.metrics import metric_spec
 from objectives.slo import SLO, parse_slo
 from objectives.workload import canonical_json

@@ -5,8 +5,8 @@ in the store. A new study therefore queues, after the engine default and the cal
 enqueued configs and before the sampler takes over, the model-based recommendation for the
 question (when the fitted models cover it) and the best measured configs on this hardware and
 workload that meet the SLO, then the target's own starting points (its textbook settings,
-``Target.starting_points``: faiss's HNSW32 / HNSW16 and IVF sqrt(N)), which need no knowledge at
-all. `advisor tune` and the API's study jobs do this through
+``Target.starting_points``: e.g. a vector index's HNSW32 / HNSW16 and IVF sqrt(N)), which need no
+knowledge at all. `advisor tune` and the API's study jobs do this through
 :func:`warm_start_hook`; sweep cells add the previous run's best on top
 (advisor/sweeps/warmstart.py).
 
@@ -30,7 +30,7 @@ from advisor.recommend import RecommendationQuery, recommend
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
-from knowledge.surrogate import workload_features
+from knowledge.surrogates import workload_features
 from objectives import SLO, Workload
 from objectives.hardware import hardware_key as this_hardware
 from objectives.registry import get_target

@@ -29,7 +29,7 @@ from sqlmodel import select
 
 from knowledge.models import ImportRecord, TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     DEFAULT_FAMILY,
     ContextKey,
     ContextModels,
@@ -45,8 +45,9 @@ log = logging.getLogger(__name__)
 #: identity without unvaried knobs, latencies always curved; 8: the curves' held-out-rate error;
 #: 9: the knob-level model of the curves; 10: the curves' blend with a simulator; 11: the
 #: blend's scores as a BlendScore; 12: the LLM simulator's measured batch limits; 13: no MAPE
-#: for a metric measured at zero, coverage with latencies bounded below the measured rates).
-CACHE_FORMAT = 13
+#: for a metric measured at zero, coverage with latencies bounded below the measured rates;
+#: 14: the surrogate classes moved into the knowledge/surrogates/ package).
+CACHE_FORMAT = 14
 #: A context needs at least this many measured trials to get models.
 MIN_TRIALS = 4
 
@@ -63,7 +64,7 @@ class DataKey:
 #: several cores (``ADVISOR_FIT_PROCESSES`` caps the processes; 1 fits everything here).
 FIT_PROCESSES_ENV = "ADVISOR_FIT_PROCESSES"
 #: One context's fit: its key, its complete trials, the family, whether to score, its failed
-#: trials and the study names (what :func:`knowledge.surrogate.fit_context` takes).
+#: trials and the study names (what :func:`knowledge.surrogates.fit_context` takes).
 FitJob = tuple[ContextKey, list[TrialRecord], str, bool, list[TrialRecord], dict[int, str]]
 
 

@@ -10,7 +10,7 @@ Three regressors compete (:data:`FAMILIES`) and a fourth is the baseline they mu
 ``mean`` (every measured config's average curve, no knobs). Which one answers is chosen on
 held-out configs (``benchmarks/curve_knobs.py``; docs/knowledge.md). Like the curves, nothing here
 names an engine, a knob or a metric: the roles come from :class:`~knowledge.load_curve.LoadRoles`
-and the knobs from the context's :class:`~knowledge.surrogate.FeatureEncoder`.
+and the knobs from the context's :class:`~knowledge.surrogates.FeatureEncoder`.
 """
 
 from __future__ import annotations

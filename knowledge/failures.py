@@ -28,7 +28,7 @@ from sqlmodel import col, select
 
 from knowledge.models import StudyRecord, TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
-from knowledge.surrogate import FeatureEncoder, workload_features
+from knowledge.surrogates import FeatureEncoder, workload_features
 
 __all__ = [
     "CHEAP_REJECTION_S",
@@ -195,7 +195,7 @@ def _hardware_features(hw: Mapping[str, Any]) -> dict[str, float]:
 
 class StartEncoder:
     """Config + :class:`StartFacts` -> a float matrix: the surrogates' knob encoding
-    (:class:`knowledge.surrogate.FeatureEncoder`: log numbers, one-hot strings, NaN for a knob
+    (:class:`knowledge.surrogates.FeatureEncoder`: log numbers, one-hot strings, NaN for a knob
     that does not apply, the derived cost features) over the knobs, the workload's start
     features, the model shape, the machine's memory, and — only where the training rows hold
     more than one — the engine version (one version is a constant; and failed starts often stored

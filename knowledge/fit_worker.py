@@ -2,7 +2,7 @@
 
 :meth:`knowledge.cache.KnowledgeModels.fit` hands each extra core a share of the contexts as a
 pickle of :data:`knowledge.cache.FitJob` tuples and reads the fitted
-:class:`~knowledge.surrogate.ContextModels` back from ``RESULTS``. A plain child process, not a
+:class:`~knowledge.surrogates.ContextModels` back from ``RESULTS``. A plain child process, not a
 ``multiprocessing`` pool: a pool's ``spawn`` re-runs the caller's main script, which a user's
 script without a ``__main__`` guard cannot survive, and ``fork`` is unsafe in a threaded server.
 """

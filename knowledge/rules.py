@@ -1,11 +1,11 @@
 """Rules of thumb fitted to measured trials, and Pareto fronts, for the cheat-sheet.
 
-Each rule is a small closed-form curve (``nlist = c·√N``, ``p99 = a + b/(1 + c·x)``) fitted by
-least squares to measured trials only, reported with its fit quality (R² and n), so a reader can
-judge whether the rule holds on this hardware. Rules with too few distinct points say so instead
-of inventing a fit, and a fit whose R² is below :data:`R2_MIN` is kept in the data but not shown
-as a rule (``Rule.shown``): a curve that explains less of the spread than it leaves unexplained
-would mislead a reader more than it helps.
+Each rule is a small closed-form curve (``y = c·√N``, ``p99 = a + b/(1 + c·x)``), declared by a
+workload kind (objectives/kinds/) and fitted by least squares to measured trials only, reported
+with its fit quality (R² and n), so a reader can judge whether the rule holds on this hardware.
+Rules with too few distinct points say so instead of inventing a fit, and a fit whose R² is below
+:data:`R2_MIN` is kept in the data but not shown as a rule (``Rule.shown``): a curve that explains
+less of the spread than it leaves unexplained would mislead a reader more than it helps.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["R2_MIN", "Rule", "fit_rules", "pareto_front"]
+from objectives.vocabulary import RuleOfThumb, RulePoints, kind_for_target
+
+__all__ = ["R2_MIN", "Rule", "fit_rule", "fit_rules", "pareto_front"]
 
 #: A rule needs at least this many points at this many distinct x values.
 MIN_POINTS, MIN_DISTINCT_X = 3, 3
@@ -100,99 +102,24 @@ def _fit_curve(name: str, formula: str, x_label: str, y_label: str,
                 round(_r2(target, model(x, *params)), 4), len(pts), pts, curve, note)
 
 
-def _best_per_group(trials: Sequence[Trial], group: Callable[[Trial], Any],
-                    ok: Callable[[Trial], bool], score: Callable[[Trial], float]
-                    ) -> dict[Any, Trial]:
-    best: dict[Any, Trial] = {}
-    for t in trials:
-        if not ok(t):
-            continue
-        g = group(t)
-        if g is None:
-            continue
-        if g not in best or score(t) > score(best[g]):
-            best[g] = t
-    return best
-
-
-def _faiss_rules(trials: Sequence[Trial]) -> list[Rule]:
-    rules: list[Rule] = []
-    ivf = [t for t in trials if t["config"].get("index_type") in ("ivf_flat", "ivf_pq",
-                                                                   "ivf_hnsw")
-           and "nlist" in t["config"]]
-    best = _best_per_group(
-        ivf, lambda t: t["features"].get("n_vectors"),
-        lambda t: float(t["metrics"].get("recall_at_10", 0)) >= 0.9,
-        lambda t: float(t["metrics"].get("qps", 0)))
-    pts = [(math.sqrt(float(n)), float(t["config"]["nlist"])) for n, t in best.items()]
-    rules.append(_fit_curve(
-        "best nlist against sqrt(N)", "nlist = c * sqrt(N)", "sqrt(N) (vectors^0.5)",
-        "best nlist (lists)", pts,
-        lambda x, c: c * x, [1.0], ["c"], log_y=True,
-        note="per corpus size, the IVF trial with the highest qps at recall@10 >= 0.9; "
-             "the literature's rule of thumb is c ~ 1-16"))
-    flat = [t for t in ivf if t["config"].get("index_type") == "ivf_flat"
-            and "nprobe" in t["config"]]
-    if flat:
-        main_n = max({t["features"].get("n_vectors") for t in flat},
-                     key=lambda n: sum(t["features"].get("n_vectors") == n for t in flat))
-        sub = [t for t in flat if t["features"].get("n_vectors") == main_n]
-        pts = [(float(t["config"]["nprobe"]) / float(t["config"]["nlist"]),
-                float(t["metrics"]["recall_at_10"])) for t in sub
-               if "recall_at_10" in t["metrics"]]
-        rules.append(_fit_curve(
-            f"recall@10 against nprobe/nlist (IVF-Flat, N={main_n:g})",
-            "recall = 1 - a * exp(-b * x)", "nprobe/nlist (share of lists)", "recall@10 (fraction)",
-            pts,
-            lambda x, a, b: 1 - a * np.exp(-b * x), [0.5, 10.0], ["a", "b"],
-            bounds=([0, 0], [1.5, 1e4]),
-            note="the share of lists probed decides recall, not nprobe alone"))
-        pts = [(float(t["config"]["nprobe"]), float(t["metrics"]["p95_latency_ms"]))
-               for t in sub if "p95_latency_ms" in t["metrics"]]
-        rules.append(_fit_curve(
-            f"p95 latency against nprobe (IVF-Flat, N={main_n:g})", "p95 = a + b * nprobe",
-            "nprobe (lists)", "p95 latency (ms)", pts, lambda x, a, b: a + b * x, [0.01, 0.001],
-            ["a", "b"], note="each probed list adds a scan of about N/nlist vectors"))
-    return rules
-
-
-def _llm_rules(trials: Sequence[Trial]) -> list[Rule]:
-    rules: list[Rule] = []
-    offload = [t for t in trials if "ttft_p99_ms" in t["metrics"]]
-    pts = [(float(t["config"].get("kv_offloading_size", 0.0))
-            if t["config"].get("kv_offloading") else 0.0, float(t["metrics"]["ttft_p99_ms"]))
-           for t in offload]
-    rules.append(_fit_curve(
-        "p99 TTFT against KV offload (swap) space", "p99 = a + b / (1 + c * x)",
-        "kv_offloading_size (GiB, 0 = off)", "TTFT p99 (ms)", pts,
-        lambda x, a, b, c: a + b / (1 + c * x), [1000.0, 1000.0, 0.1], ["a", "b", "c"],
-        log_y=True, bounds=([0, 0, 0], [1e7, 1e7, 100]),
-        note="vLLM's CPU offloading (its swap space since 0.18), fitted as decreasing in x (b, c "
-             ">= 0); all other knobs and the arrival rate vary too, so R² shows how much of p99 "
-             "the offload size alone explains"))
-    pts = _knob_metric_points(trials, "block_size", "output_tokens_per_s")
-    rules.append(_fit_curve(
-        "output throughput against page (block) size", "tokens/s = a + b * log2(x)",
-        "block_size (tokens)", "output throughput (tokens/s)", pts,
-        lambda x, a, b: a + b * np.log2(x), [1000.0, 0.0], ["a", "b"],
-        note="paged-attention block size; other knobs vary too"))
-    pts = _knob_metric_points(trials, "max_num_seqs", "output_tokens_per_s")
-    rules.append(_fit_curve(
-        "output throughput against max_num_seqs", "tokens/s = a * x / (b + x)",
-        "max_num_seqs (sequences)", "output throughput (tokens/s)", pts,
-        lambda x, a, b: a * x / (b + x),
-        [max((p[1] for p in pts), default=1000.0), 32.0], ["a", "b"], log_y=True,
-        bounds=([0, 0], [1e8, 1e5]),
-        note="batch-size cap: throughput saturates once the arrival rate, not the cap, limits"))
-    return rules
-
-
 def fit_rules(target: str, trials: Sequence[Trial]) -> list[Rule]:
-    """The rules of thumb for ``target`` fitted on ``trials`` (dicts with config, metrics and
-    workload features)."""
-    if target == "faiss":
-        return _faiss_rules(trials)
-    return _llm_rules(trials)
+    """The rules of thumb of ``target``'s workload kind (objectives/kinds/) fitted on ``trials``
+    (dicts with config, metrics and workload features)."""
+    rules: list[Rule] = []
+    for rule in kind_for_target(target).rules_of_thumb:
+        found = rule.points(trials)
+        if found is None:
+            continue  # the rule is about trials of another sort (another index family)
+        rules.append(fit_rule(rule, found))
+    return rules
+
+
+def fit_rule(rule: RuleOfThumb, found: RulePoints) -> Rule:
+    """``rule`` fitted to ``found``'s points by least squares."""
+    bounds = rule.bounds if rule.bounds is not None else (-np.inf, np.inf)
+    return _fit_curve(rule.name.format(subset=found.subset), rule.formula, rule.x_label,
+                      rule.y_label, found.points, rule.curve, rule.start(found.points),
+                      rule.param_names, log_y=rule.log_y, note=rule.note, bounds=bounds)
 
 
 def pareto_front(points: Sequence[tuple[float, float]], *, x_lower_better: bool = True,
@@ -210,10 +137,3 @@ def pareto_front(points: Sequence[tuple[float, float]], *, x_lower_better: bool 
             front.append(i)
             best = y
     return front
-
-
-def _knob_metric_points(trials: Sequence[Trial], knob: str, metric: str
-                        ) -> list[tuple[float, float]]:
-    """(knob value, metric) of every trial that has both."""
-    return [(float(t["config"][knob]), float(t["metrics"][metric])) for t in trials
-            if knob in t["config"] and metric in t["metrics"]]

@@ -3,12 +3,12 @@ label lets it into the knowledge base's models, answers and "best" figures.
 
 A measurement carries ``details["validity"]`` when its target can cross-check itself (an LLM
 serving target compares its client timings with the server's own metrics). Usable labels:
-absent (targets with no client/server split, e.g. FAISS), ``"valid"`` (checked and agreeing),
-``"frontend_delay"`` (a healthy client read more than the server's histograms: latency before
-they start) and ``"unchecked"`` (the engine exposes no independent server-side timing; kept,
-labelled). Every
-other label (``"client_bound"``, ``"server_disagrees"``, ``"legacy_unverified"``, ...) makes the
-trial ``invalid``: stored with its metrics and reason, never used.
+absent (targets with no client/server split, e.g. an in-process vector index), ``"valid"``
+(checked and agreeing), ``"frontend_delay"`` (a healthy client read more than the server's
+histograms: latency before they start) and ``"unchecked"`` (the engine exposes no independent
+server-side timing; kept, labelled). Every other label (``"client_bound"``,
+``"server_disagrees"``, ``"legacy_unverified"``, ...) makes the trial ``invalid``: stored with its
+metrics and reason, never used.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fitted cost law for vector search: one query's time is the sum, over the stages it goes
 through, of the work each stage does times what one unit of that work costs on the measured
 machine. The unit costs are fitted per context (non-negative); the law's prediction is one more
-feature of a metric's surrogate (:class:`knowledge.surrogate.IntervalRegressor`).
+feature of a metric's surrogate (:class:`knowledge.surrogates.IntervalRegressor`).
 
 This module never imports an engine: it reads columns of an encoded feature matrix.
 """

@@ -1,78 +1,101 @@
 """The metric catalogue: every metric a target may report, with its unit and good direction.
 
 Names carry their unit (``p95_latency_ms``, ``qps``). SLO expressions and objectives may only name
-metrics listed here, so a typo is caught before a study starts rather than after it ran.
+metrics listed here, so a typo is caught before a study starts rather than after it ran. Each
+metric belongs to one or more families; a target declares the families it reports
+(``Target.metric_families``), so a new engine needs no edit here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from advisor.errors import SLOParseError
 
-__all__ = ["METRICS", "MetricSpec", "metric_spec", "metrics_for_target"]
+__all__ = [
+    "LLM_SERVING",
+    "METRICS",
+    "PIPELINE_STAGES",
+    "RETRIEVAL",
+    "VECTOR_SEARCH",
+    "WEIGHTS",
+    "MetricSpec",
+    "metric_spec",
+    "metrics_for_target",
+    "metrics_in_families",
+]
 
 Better = Literal["lower", "higher"]
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
-    """One metric: name (with unit suffix), unit, which direction is better, and its meaning."""
+    """One metric: name (with unit suffix), unit, which direction is better, its meaning, and
+    the metric families it belongs to."""
 
     name: str
     unit: str
     better: Better
     description: str
-    targets: tuple[str, ...]
+    families: tuple[str, ...]
 
 
-def _latency_family(prefix: str, what: str, targets: tuple[str, ...]) -> list[MetricSpec]:
+def _latency_family(prefix: str, what: str, families: tuple[str, ...]) -> list[MetricSpec]:
     return [
-        MetricSpec(f"{prefix}_p{q}_ms", "ms", "lower", f"{q}th percentile of {what}", targets)
+        MetricSpec(f"{prefix}_p{q}_ms", "ms", "lower", f"{q}th percentile of {what}", families)
         for q in (50, 90, 95, 99)
-    ] + [MetricSpec(f"{prefix}_mean_ms", "ms", "lower", f"mean of {what}", targets)]
+    ] + [MetricSpec(f"{prefix}_mean_ms", "ms", "lower", f"mean of {what}", families)]
 
 
-_FAISS = ("faiss",)
-_LLM = ("transformers", "vllm", "tensorrt-llm", "tgi", "ollama", "llamacpp", "openai", "rag")
+#: Metric families (what a target declares in ``Target.metric_families``).
+VECTOR_SEARCH = "vector-search"
+LLM_SERVING = "llm-serving"
 #: Serving targets that know the weights they loaded (file type or quantization, and bytes).
-_WEIGHTS = ("vllm", "llamacpp")
-_RAG = ("rag",)
+WEIGHTS = "weights"
+#: Recall of a retrieval stage searched 10 deep (recall@1/5/10).
+RETRIEVAL = "retrieval"
+#: Per-stage latencies of a RAG pipeline.
+PIPELINE_STAGES = "pipeline-stages"
+_VECTOR = (VECTOR_SEARCH,)
+_LLM = (LLM_SERVING,)
+_WEIGHTS = (WEIGHTS,)
+_STAGES = (PIPELINE_STAGES,)
 
 _SPECS: list[MetricSpec] = [
-    # Vector search (faiss). Single-query mode: one query per search call, the latency an online
+    # Vector search. Single-query mode: one query per search call, the latency an online
     # retriever sees. Batched mode: `batch_size` queries per call; each query's latency is its
     # batch's latency, and `qps` is the throughput of that mode.
     *[
         MetricSpec(
             f"p{q}_latency_ms", "ms", "lower",
-            f"{q}th percentile of per-query latency, single-query mode", _FAISS,
+            f"{q}th percentile of per-query latency, single-query mode", _VECTOR,
         )
         for q in (50, 90, 95, 99)
     ],
     MetricSpec("mean_latency_ms", "ms", "lower", "mean per-query latency, single-query mode",
-               _FAISS),
+               _VECTOR),
     *[
         MetricSpec(
             f"batch_p{q}_latency_ms", "ms", "lower",
             f"{q}th percentile of per-query latency in batched mode (a query waits for its batch)",
-            _FAISS,
+            _VECTOR,
         )
         for q in (50, 90, 95, 99)
     ],
-    MetricSpec("qps", "queries/s", "higher", "queries per second in batched mode", _FAISS),
+    MetricSpec("qps", "queries/s", "higher", "queries per second in batched mode", _VECTOR),
     MetricSpec("single_qps", "queries/s", "higher", "queries per second in single-query mode",
-               _FAISS),
+               _VECTOR),
     *[
         MetricSpec(f"recall_at_{k}", "fraction", "higher",
                    f"recall@{k}: share of the exact top-{k} neighbours found",
-                   _FAISS + _RAG if k <= 10 else _FAISS)
+                   (*_VECTOR, RETRIEVAL) if k <= 10 else _VECTOR)
         for k in (1, 5, 10, 20, 50, 100)
     ],
-    MetricSpec("index_memory_mb", "MiB", "lower", "size of the serialized index", _FAISS),
+    MetricSpec("index_memory_mb", "MiB", "lower", "size of the serialized index", _VECTOR),
     MetricSpec("build_time_s", "s", "lower", "index train + add time (cached builds report the "
-               "original build's time)", _FAISS),
+               "original build's time)", _VECTOR),
     # LLM serving (per-request metrics aggregated per trial, as `vllm bench serve` defines them).
     *_latency_family("ttft", "time to first token from the request's scheduled arrival", _LLM),
     *_latency_family("tpot", "time per output token after the first", _LLM),
@@ -100,10 +123,10 @@ _SPECS: list[MetricSpec] = [
     # RAG stages, per request from the query's arrival (objectives/rag/pipeline.py): they sum to
     # TTFT (embed + retrieve + prefill) and to E2E (+ decode).
     *_latency_family("embed", "the embed stage (arrival to query embedded, waiting included)",
-                     _RAG),
-    *_latency_family("retrieve", "the retrieve stage (FAISS search and prompt assembly)", _RAG),
-    *_latency_family("prefill", "the prefill stage (prompt submitted to first token)", _RAG),
-    *_latency_family("decode", "the decode stage (first token to last)", _RAG),
+                     _STAGES),
+    *_latency_family("retrieve", "the retrieve stage (FAISS search and prompt assembly)", _STAGES),
+    *_latency_family("prefill", "the prefill stage (prompt submitted to first token)", _STAGES),
+    *_latency_family("decode", "the decode stage (first token to last)", _STAGES),
 ]
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
@@ -119,6 +142,14 @@ def metric_spec(name: str) -> MetricSpec:
         ) from None
 
 
+def metrics_in_families(families: Iterable[str]) -> list[MetricSpec]:
+    """Every metric of any of ``families``, in catalogue order."""
+    wanted = frozenset(families)
+    return [spec for spec in _SPECS if wanted.intersection(spec.families)]
+
+
 def metrics_for_target(target: str) -> list[MetricSpec]:
-    """Every metric that ``target`` reports."""
-    return [spec for spec in _SPECS if target in spec.targets]
+    """Every metric that the target registered as ``target`` reports (its metric families')."""
+    from objectives.registry import target_class
+
+    return metrics_in_families(target_class(target).metric_families)

@@ -14,7 +14,8 @@ import os
 from advisor.errors import UnknownTargetError
 from objectives.target import Target
 
-__all__ = ["TARGETS", "get_target", "target_names"]
+__all__ = ["DEFAULT_CROSSCHECK_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target", "target_class",
+           "target_names"]
 
 TARGETS: dict[str, str] = {
     "faiss": "objectives.targets.faiss_target:FaissTarget",
@@ -27,6 +28,11 @@ TARGETS: dict[str, str] = {
     "openai": "objectives.targets.openai_target:OpenAITarget",
     "rag": "objectives.targets.rag_target:RagTarget",
 }
+
+#: The target a front door uses when the user names none (it runs on any CPU).
+DEFAULT_TARGET = "faiss"
+#: The serving target ``advisor crosscheck`` measures when the user names none.
+DEFAULT_CROSSCHECK_TARGET = "vllm"
 
 
 def _registry() -> dict[str, str]:
@@ -45,6 +51,11 @@ def target_names() -> list[str]:
 
 def get_target(name: str) -> Target:
     """Instantiate the target registered as ``name``."""
+    return target_class(name)()
+
+
+def target_class(name: str) -> type[Target]:
+    """The class registered as ``name``, for its declarations (nothing is instantiated)."""
     try:
         path = _registry()[name]
     except KeyError:
@@ -52,5 +63,5 @@ def get_target(name: str) -> Target:
             f"unknown target {name!r}; registered targets: {', '.join(target_names())}"
         ) from None
     module_name, _, class_name = path.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls()
+    cls: type[Target] = getattr(importlib.import_module(module_name), class_name)
+    return cls

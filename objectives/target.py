@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from advisor.errors import ConfigRejectedError, SearchSpaceError
 from objectives.measurement import Measurement
-from objectives.metrics import metrics_for_target
+from objectives.metrics import metrics_in_families
 from objectives.slo import SLO
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
@@ -53,10 +53,20 @@ class Target(ABC):
     #: cache). A trial whose build must be its own (a rebuild check) runs with this False; a
     #: target without such a cache ignores it.
     reuse_builds: bool = True
+    #: The kind of workload this target runs (objectives/vocabulary.py): its features, tiers,
+    #: audit SLOs and rules of thumb are what the generic layers use for this target.
+    workload_kind: ClassVar[str] = "llm-serving"
+    #: The metric families ``run`` reports (objectives/metrics.py).
+    metric_families: ClassVar[tuple[str, ...]] = ()
+    #: Seconds one trial is guessed to take before any was measured (a sweep's plan).
+    trial_time_estimate_s: ClassVar[float] = 120.0
+    #: Other names prose and code use for this engine (``TensorRT`` for ``tensorrt-llm``); the
+    #: generic layers must not spell them either (tests/test_vocabulary.py).
+    aliases: ClassVar[tuple[str, ...]] = ()
 
     def reported_metrics(self) -> frozenset[str]:
         """Names of the metrics ``run`` reports (SLOs and objectives may only use these)."""
-        return frozenset(spec.name for spec in metrics_for_target(self.name))
+        return frozenset(spec.name for spec in metrics_in_families(self.metric_families))
 
     def space(self) -> SearchSpace:
         """This target's knob space (``search_spaces/<name>.yaml`` unless overridden)."""

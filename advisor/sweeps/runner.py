@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from advisor import __version__, pairing
 from advisor.driver import StudyDriver, StudySpec, failure_streak
-from advisor.errors import AdvisorError, StudyError
+from advisor.errors import AdvisorError, StudyError, UnknownTargetError
 from advisor.settings import Settings
 from advisor.sweeps.drift import CellDrift, compare_cell
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
@@ -32,6 +32,7 @@ from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.models import SweepRunRecord, SweepRunStatus
 from objectives.hardware import fingerprint
+from objectives.registry import target_class
 
 __all__ = ["EXIT_FAILING", "EXIT_REGRESSION", "CellPlan", "CellResult", "StudyBackend",
            "SweepReporter", "SweepRunner", "exit_code_for"]
@@ -46,9 +47,16 @@ _EXIT_BASE = 2  # 2 + bits: 3 regression, 4 failing cell, 5 both (typer uses 2 f
 REPEAT_ROLE, WARM_ROLE = pairing.SWEEP_REPEAT_ROLE, "warm-start"
 BEST, PREVIOUS_BEST = pairing.BEST, "previous-best"
 #: Seconds one trial is guessed to take when the store has no trial of the target on this
-#: hardware to estimate from (only the plan uses it).
-_GUESS_TRIAL_S = {"faiss": 5.0, "transformers": 90.0, "vllm": 150.0, "tensorrt-llm": 300.0,
-                  "tgi": 300.0, "ollama": 150.0, "openai": 60.0, "rag": 90.0}
+#: hardware to estimate from and the target declares no estimate (only the plan uses it).
+_GUESS_TRIAL_S = 120.0
+
+
+def _guess_trial_s(target: str) -> float:
+    """The target's own trial-time estimate (``Target.trial_time_estimate_s``)."""
+    try:
+        return target_class(target).trial_time_estimate_s
+    except UnknownTargetError:
+        return _GUESS_TRIAL_S
 
 
 def exit_code_for(regressions: int, failing: int) -> int:
@@ -134,7 +142,7 @@ class SweepRunner:
             if durations:
                 est = statistics.median(durations)
             else:
-                est, basis = _GUESS_TRIAL_S.get(cell.target, 120.0), "guess (no stored trials)"
+                est, basis = _guess_trial_s(cell.target), "guess (no stored trials)"
             n = cell.trials + 2 * self._repeats(cell)
             plans.append(CellPlan(cell, n, est, basis, est * n / max(1, workers)))
         return plans

@@ -58,6 +58,7 @@ from objectives.llm.server import (
 from objectives.llm.server_metrics import MetricVocabulary
 from objectives.llm.workload import KIND, PRESETS, load_preset
 from objectives.measurement import Measurement
+from objectives.metrics import LLM_SERVING
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace, load_space
@@ -160,6 +161,7 @@ class ServingTarget(GoodputFromSLO, Target):
 
     default_objective: ClassVar[str] = "maximize:output_tokens_per_s"
     default_slo: ClassVar[str] = "ttft_p95_ms<=300,tpot_p95_ms<=40"
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING,)
     #: Workload parameters the target reads itself (not part of the llm-serving spec): by default
     #: the server's start-up timeout and context length.
     target_params: ClassVar[frozenset[str]] = frozenset({"startup_timeout_s", "max_model_len",

@@ -31,6 +31,7 @@ from objectives.datasets.vectors import (
     load_dataset,
 )
 from objectives.measurement import Measurement
+from objectives.metrics import VECTOR_SEARCH
 from objectives.search_sweep import explore_by_quality, power_ladder
 from objectives.slo import SLO
 from objectives.target import ProgressFn, Target
@@ -105,6 +106,9 @@ class FaissTarget(Target):
 
     name: ClassVar[str] = "faiss"
     engine: ClassVar[str] = "faiss"
+    workload_kind: ClassVar[str] = KIND
+    metric_families: ClassVar[tuple[str, ...]] = (VECTOR_SEARCH,)
+    trial_time_estimate_s: ClassVar[float] = 5.0
     description: ClassVar[str] = (
         "Approximate nearest-neighbour search with faiss-cpu (IVF-Flat, IVF-PQ, HNSW, IVF-HNSW)"
     )

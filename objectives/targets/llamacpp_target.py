@@ -59,6 +59,7 @@ from objectives.llm.serving_target import (
     shared_space,
 )
 from objectives.llm.workload import CPU_PRESETS, PRESETS, cpu_scaled, load_preset
+from objectives.metrics import LLM_SERVING, WEIGHTS
 from objectives.target import ProgressFn, checked_config
 from objectives.workload import Workload
 from search_spaces import SearchSpace
@@ -338,6 +339,7 @@ class LlamaCppTarget(ServingTarget):
 
     name: ClassVar[str] = "llamacpp"
     engine: ClassVar[str] = "llama_cpp"
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING, WEIGHTS)
     description: ClassVar[str] = (
         "llama.cpp server (llama-server) on the CPU, one per trial, random-weight GGUF models"
     )

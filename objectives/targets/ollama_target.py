@@ -319,6 +319,7 @@ class OllamaTarget(ServingTarget):
     #: The key of the version the server reports (``GET /api/version``). PyPI's ``ollama`` is
     #: the client library, so no package metadata is read under this name.
     engine: ClassVar[str] = "ollama"
+    trial_time_estimate_s: ClassVar[float] = 150.0
     description: ClassVar[str] = (
         "Ollama (ollama serve + a Modelfile made with ollama create), one per trial"
     )

@@ -130,6 +130,7 @@ class OpenAITarget(ServingTarget):
 
     name: ClassVar[str] = "openai"
     engine: ClassVar[str] = "openai"
+    trial_time_estimate_s: ClassVar[float] = 60.0
     description: ClassVar[str] = (
         "Any running OpenAI-compatible endpoint (client-side knobs: concurrency, rate scale)"
     )

@@ -31,6 +31,7 @@ from objectives.llm.server import ServingWorkload, package_versions
 from objectives.llm.validity import unchecked_details
 from objectives.llm.workload import drain_cutoff_s
 from objectives.measurement import Measurement
+from objectives.metrics import LLM_SERVING, PIPELINE_STAGES, RETRIEVAL
 from objectives.rag.pipeline import (
     EndpointEngine,
     Engine,
@@ -112,6 +113,9 @@ class RagTarget(GoodputFromSLO, Target):
 
     name: ClassVar[str] = "rag"
     engine: ClassVar[str] = "transformers"
+    workload_kind: ClassVar[str] = KIND
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING, RETRIEVAL, PIPELINE_STAGES)
+    trial_time_estimate_s: ClassVar[float] = 90.0
     description: ClassVar[str] = (
         "RAG pipeline: MiniLM query embedding -> FAISS -> transformers LLM, one end-to-end SLO "
         "with a per-stage breakdown"

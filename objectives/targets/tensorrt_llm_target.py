@@ -181,6 +181,8 @@ class TensorRTLLMTarget(ServingTarget):
 
     name: ClassVar[str] = "tensorrt-llm"
     engine: ClassVar[str] = "tensorrt_llm"
+    trial_time_estimate_s: ClassVar[float] = 300.0
+    aliases: ClassVar[tuple[str, ...]] = ("TensorRT", "trtllm")
     description: ClassVar[str] = (
         "TensorRT-LLM OpenAI-compatible server (trtllm-serve, PyTorch backend), one per trial"
     )

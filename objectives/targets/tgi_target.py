@@ -303,6 +303,7 @@ class TGITarget(ServingTarget):
     #: The key of the version TGI reports (``GET /info``). PyPI's ``tgi`` is an unrelated client
     #: library, so no package metadata is read under this name.
     engine: ClassVar[str] = "tgi"
+    trial_time_estimate_s: ClassVar[float] = 300.0
     description: ClassVar[str] = (
         "Hugging Face text-generation-inference (text-generation-launcher), one per trial"
     )

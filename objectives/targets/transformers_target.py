@@ -43,6 +43,7 @@ from objectives.llm.workload import (
     max_concurrency,
 )
 from objectives.measurement import Measurement
+from objectives.metrics import LLM_SERVING
 from objectives.target import ProgressFn, Target, checked_config
 from objectives.workload import Workload
 from search_spaces import SearchSpace, load_space
@@ -207,6 +208,8 @@ class TransformersTarget(GoodputFromSLO, Target):
 
     name: ClassVar[str] = "transformers"
     engine: ClassVar[str] = "transformers"
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING,)
+    trial_time_estimate_s: ClassVar[float] = 90.0
     description: ClassVar[str] = (
         "Hugging Face transformers continuous batching with paged attention (online manager), "
         "random-weight models, CPU or CUDA"

@@ -39,6 +39,7 @@ from objectives.llm.serving_target import (
     shared_space,
     validation_errors,
 )
+from objectives.metrics import LLM_SERVING, WEIGHTS
 from objectives.target import checked_config
 from objectives.targets.vllm_bench import VllmBenchServe
 from objectives.workload import Workload
@@ -270,6 +271,8 @@ class VllmTarget(ServingTarget):
 
     name: ClassVar[str] = "vllm"
     engine: ClassVar[str] = "vllm"
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING, WEIGHTS)
+    trial_time_estimate_s: ClassVar[float] = 150.0
     description: ClassVar[str] = (
         "vLLM OpenAI-compatible server (vllm serve), one server per trial, random-weight models"
     )

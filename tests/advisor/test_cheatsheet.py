@@ -124,7 +124,7 @@ def test_workloads_that_differ_only_in_what_no_model_reads_share_one_row() -> No
     the same answer: one row per tier, with the evidence of them all (the shipped sheet printed
     four identical rows per tier at 60 and 75 req/s)."""
     from advisor.cheatsheet import _distinct_workloads
-    from knowledge.surrogate import WorkloadPoint
+    from knowledge.surrogates import WorkloadPoint
 
     def point(spec_hash: str, rate: float, seed: int) -> WorkloadPoint:
         return WorkloadPoint("chat@60rps", spec_hash, {"seed": seed},

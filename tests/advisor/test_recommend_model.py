@@ -15,7 +15,7 @@ from advisor.evaluation import holdout_feasibility
 from advisor.recommend import RecommendationQuery, recommend
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
-from knowledge.surrogate import context_of
+from knowledge.surrogates import context_of
 from objectives import parse_slo
 from tests.knowledge.synthetic_trials import HARDWARE, populate, truth
 

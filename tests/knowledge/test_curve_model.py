@@ -13,7 +13,7 @@ import pytest
 
 from knowledge.curve_model import FAMILIES, MIN_CURVES, KnobCurveModel
 from knowledge.load_curve import LoadCurves, load_roles
-from knowledge.surrogate import FeatureEncoder
+from knowledge.surrogates import FeatureEncoder
 
 BATCHES = (8, 16, 32, 64, 128, 256)
 
@@ -156,7 +156,7 @@ def test_a_context_answers_an_unmeasured_config_from_its_predicted_curve() -> No
 
     from knowledge import TrialRecord
     from knowledge.models import TrialStatus
-    from knowledge.surrogate import ContextKey, fit_context
+    from knowledge.surrogates import ContextKey, fit_context
 
     configs, workloads, measured = trials(tuple(b for b in BATCHES if b != 64))
     records = []

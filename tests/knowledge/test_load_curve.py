@@ -214,7 +214,7 @@ def test_below_every_measured_rate_no_answer_promises_less_latency_than_at_the_l
     held-out-config audit trains on) knows no latency floor: asked below its lowest rate, the
     measured config, the same settings recorded without a knob added later, and an unmeasured
     config get a latency's upper end no lower than their own at that rate."""
-    from knowledge.surrogate import ContextKey, fit_context
+    from knowledge.surrogates import ContextKey, fit_context
 
     trials = [t for t in _llm_trials(rates=(80.0, 100.0, 110.0)) if t.config["knob"] == "a"]
     for t in trials:
@@ -230,7 +230,7 @@ def test_below_every_measured_rate_no_answer_promises_less_latency_than_at_the_l
 def test_held_out_rates_are_scored_apart_from_configs_measured_there_only() -> None:
     """Held out by workload, a config measured at other rates is predicted from its curve; one
     measured at the held-out rate only is a held-out config. The score reports both apart."""
-    from knowledge.surrogate import ContextKey, cross_validate
+    from knowledge.surrogates import ContextKey, cross_validate
 
     trials = _llm_trials()
     key = ContextKey("scripted-llm", "h", "m", "v")

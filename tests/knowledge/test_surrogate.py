@@ -12,7 +12,7 @@ import pytest
 
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache, data_key
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     FeatureEncoder,
     IntervalRegressor,
     context_of,
@@ -126,7 +126,7 @@ def test_cache_refits_only_when_the_store_changes(syn_store: TrialStore, tmp_pat
 
 
 def test_noise_floor_comes_from_repeats_only(syn_store: TrialStore) -> None:
-    from knowledge.surrogate import noise_floor
+    from knowledge.surrogates import noise_floor
 
     trials = syn_store.list_trials()
     floor, n = noise_floor(trials, "p95_latency_ms")
@@ -289,7 +289,7 @@ def test_a_target_cache_waits_for_a_fit_of_every_target_under_way(
 
 
 def test_search_work_features_follow_the_index_structure() -> None:
-    from knowledge.surrogate import derived_features
+    from knowledge.surrogates import derived_features
 
     wl = {"n_vectors": 8000.0, "dim": 384.0, "k": 10.0}
     flat = derived_features({"index_type": "ivf_flat", "nlist": 100, "nprobe": 4,
@@ -332,7 +332,7 @@ def _family_surface(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_linear_forest_fits_a_power_law_per_category() -> None:
-    from knowledge.surrogate import _LinearBase
+    from knowledge.surrogates.linear import _LinearBase
 
     X, y = _family_surface(120, 0)
     Xt, yt = _family_surface(200, 1)
@@ -364,7 +364,8 @@ def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool,
     each member's own prediction, also where members clip a far value to their range, have
     0/1 columns with slopes of their own (different ones per bootstrap sample), see a knob
     missing, or a column of (almost) one value."""
-    from knowledge.surrogate import _member_layout
+    from knowledge.surrogates import families
+    from knowledge.surrogates.families import _member_layout
     from knowledge.work_cost import CostLaw
 
     if law:
@@ -373,8 +374,8 @@ def test_members_predicted_together_equal_one_at_a_time(family: str, law: bool,
         # are within 2 % of each other for the linear forest, and which one wins differs between
         # installs: a fresh one of 2026-12-05 (numpy 2.4.6, scipy 1.17.1, scikit-learn 1.9.1)
         # dropped the law where CI's install before it had kept it.
-        monkeypatch.setattr(IntervalRegressor, "_oob_error",
-                            lambda self, X, y, members, in_bag:
+        monkeypatch.setattr(families, "_oob_error",
+                            lambda X, y, members, in_bag:
                             0.0 if members and members[0][2] is not None else 1.0)
     X, y = _members_surface(150, 0)
     reg = IntervalRegressor(family=family, cost_law=CostLaw(terms=(0, 1)) if law else None,
@@ -398,7 +399,7 @@ def test_ridges_of_different_layouts_predicted_together_equal_their_own() -> Non
     """Bootstrap samples differ in which 0/1 columns get slopes of their own, and a sample that
     saw one value of a column has a spread of ~1e-16 there (rounding): the shared products must
     still give each ridge's own prediction, digit for digit up to summation order."""
-    from knowledge.surrogate import _linear_bases_predict, _LinearBase
+    from knowledge.surrogates.linear import _linear_bases_predict, _LinearBase
 
     X, y = _family_surface(120, 0)
     level = np.where(np.arange(120) % 3 == 0, 1.7, 0.7)
@@ -424,7 +425,7 @@ def test_ridges_of_different_layouts_predicted_together_equal_their_own() -> Non
 
 
 def test_linear_base_does_not_explode_on_a_column_seen_at_one_value() -> None:
-    from knowledge.surrogate import _LinearBase
+    from knowledge.surrogates.linear import _LinearBase
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, 60)
@@ -439,7 +440,7 @@ def test_linear_base_does_not_explode_on_a_column_seen_at_one_value() -> None:
 
 def test_a_category_of_few_distinct_rows_gets_no_slopes_of_its_own() -> None:
     """Two configs at many rates (the H200 contexts): per-category slopes would overfit."""
-    from knowledge.surrogate import _LinearBase
+    from knowledge.surrogates.linear import _LinearBase
 
     X, y = _family_surface(120, 0)
     X[X[:, 2] == 1.0, 0] = 1.0  # category 1: one x0 value ...
@@ -450,7 +451,7 @@ def test_a_category_of_few_distinct_rows_gets_no_slopes_of_its_own() -> None:
 
 def test_a_fit_over_identical_rows_is_their_mean() -> None:
     """One config at one workload: nothing varies, and the linear part is the weighted mean."""
-    from knowledge.surrogate import _LinearBase
+    from knowledge.surrogates.linear import _LinearBase
 
     X = np.ones((4, 3))
     base = _LinearBase().fit(X, np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 5.0]))
@@ -463,7 +464,7 @@ def test_the_closed_form_ridge_is_scikit_learns(shape: tuple[int, int]) -> None:
     it must give scikit-learn's answer, bootstrap weights (repeat counts) included."""
     from sklearn.linear_model import Ridge
 
-    from knowledge.surrogate import weighted_ridge
+    from knowledge.surrogates.linear import weighted_ridge
 
     rng = np.random.default_rng(shape[0])
     X = rng.normal(size=shape) * rng.uniform(0.1, 10, shape[1])
@@ -476,7 +477,7 @@ def test_the_closed_form_ridge_is_scikit_learns(shape: tuple[int, int]) -> None:
 
 
 def test_zero_one_columns_are_exactly_the_two_valued_ones() -> None:
-    from knowledge.surrogate import _zero_one_columns
+    from knowledge.surrogates.linear import _zero_one_columns
 
     nan = np.nan
     X = np.array([[0, 1, 0, 2, nan, 1],
@@ -488,7 +489,7 @@ def test_zero_one_columns_are_exactly_the_two_valued_ones() -> None:
 
 def test_instance_groups_join_a_sweep_with_its_instance_and_its_configs_repeats() -> None:
     from knowledge.models import TrialRecord
-    from knowledge.surrogate import instance_groups
+    from knowledge.surrogates import instance_groups
 
     def trial(study: int, number: int, config: str, swept_from: int | None = None
               ) -> TrialRecord:
@@ -514,7 +515,7 @@ def test_instance_groups_join_a_sweep_with_its_instance_and_its_configs_repeats(
 def test_distinct_rows_counted_as_one_row_at_a_time_would() -> None:
     """The vectorised count of distinct rows answers as the row-by-row count did: a row with a
     NaN equals no other row, -0.0 equals 0.0, and no rows hold no distinct row."""
-    from knowledge.surrogate import _distinct_rows_at_least
+    from knowledge.surrogates.linear import _distinct_rows_at_least
 
     def row_by_row(rows: np.ndarray, need: int) -> bool:
         if len(rows) < need:

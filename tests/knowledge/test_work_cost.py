@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from knowledge.surrogate import FeatureEncoder, IntervalRegressor, cost_law, derived_features
+from knowledge.surrogates import FeatureEncoder, IntervalRegressor, cost_law, derived_features
 from knowledge.work_cost import CostLaw, WorkCost
 
 

@@ -11,7 +11,8 @@ import pytest
 from knowledge import TrialStore
 from knowledge.curve_blend import fit_simulation
 from knowledge.store import TrialFilter
-from knowledge.surrogate import _usable, fit_load_curves, workload_features
+from knowledge.surrogates import fit_load_curves, workload_features
+from knowledge.surrogates.training import _usable
 from knowledge.transfer import import_file, shipped_file
 from objectives.llm.simulation import SEED_OFFSET, SEEDS, LLMSimulation
 
@@ -96,7 +97,7 @@ def test_the_blend_answers_as_the_geometric_mean_where_chosen(trials: list) -> N
 def test_an_answer_says_its_figures_are_blended_and_quotes_the_blends_error(
         trials: list) -> None:
     from advisor.recommend import _curve_notes, _curve_quality
-    from knowledge.surrogate import context_of, fit_context
+    from knowledge.surrogates import context_of, fit_context
 
     ctx = fit_context(context_of(trials[0]), trials, score=False)
     t = trials[0]
@@ -125,7 +126,7 @@ def test_an_unmeasured_config_of_a_measured_class_blends_the_knob_level_answer(
     knob-level answer's geometric mean with the simulator's, inside the knob-level interval's
     wider log half-width; the rest are the knob-level answer."""
     from advisor.recommend import _curve_notes
-    from knowledge.surrogate import context_of, fit_context
+    from knowledge.surrogates import context_of, fit_context
 
     ctx = fit_context(context_of(trials[0]), trials, score=False)
     assert ctx.load_curves is not None and ctx.load_curves.blend_ is not None
