@@ -20,7 +20,7 @@ from advisor.errors import SearchSpaceError, StudyError
 from advisor.inputs import check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
-from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
+from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS
 from knowledge import StudyRecord, TrialStore
 from objectives import SLO
 from objectives.llm.workload import KIND as LLM_KIND
@@ -30,8 +30,8 @@ from objectives.target import Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLER_NAMES", "Door", "StudyPlan", "StudyRequest",
-           "check_sampler", "default_study_name", "plan_study", "resolve_objective",
+__all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLER_NAMES", "STARTUP_TRIALS", "Door", "StudyPlan",
+           "StudyRequest", "check_sampler", "default_study_name", "plan_study", "resolve_objective",
            "resolve_slo"]
 
 #: The search algorithms a request may name, as advisor/samplers.py builds them.
