@@ -14,7 +14,7 @@ import os
 from advisor.errors import UnknownTargetError
 from objectives.target import Target
 
-__all__ = ["TARGETS", "get_target", "target_names"]
+__all__ = ["DEFAULT_SERVING_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target", "target_names"]
 
 TARGETS: dict[str, str] = {
     "faiss": "objectives.targets.faiss_target:FaissTarget",
@@ -27,6 +27,10 @@ TARGETS: dict[str, str] = {
     "openai": "objectives.targets.openai_target:OpenAITarget",
     "rag": "objectives.targets.rag_target:RagTarget",
 }
+
+#: The target a command tunes or answers for when none is named (``advisor tune``, ``recommend``),
+#: and the LLM serving target ``advisor crosscheck`` checks when none is named.
+DEFAULT_TARGET, DEFAULT_SERVING_TARGET = "faiss", "vllm"
 
 
 def _registry() -> dict[str, str]:

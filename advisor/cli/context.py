@@ -187,7 +187,7 @@ def parse_enqueued(values: Sequence[str]) -> tuple[dict[str, Any], ...]:
         for item in items:
             if not isinstance(item, dict) or not item or not all(isinstance(k, str) for k in item):
                 raise AdvisorError(f"{where}: expected a mapping of knob names to values, e.g. "
-                                   "'{max_num_seqs: 256}'")
+                                   "'{knob_a: 256}'")
             configs.append(item)
     return tuple(configs)
 

@@ -36,7 +36,7 @@ from advisor.crosscheck import (
     write_report,
 )
 from advisor.errors import AdvisorError
-from objectives.registry import get_target
+from objectives.registry import DEFAULT_SERVING_TARGET, get_target
 
 __all__ = ["crosscheck_cmd"]
 
@@ -62,8 +62,8 @@ def _configs(values: list[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def crosscheck_cmd(
-    target: Annotated[str, typer.Option(help="LLM serving target (vllm, openai, ...).")
-                      ] = "vllm",
+    target: Annotated[str, typer.Option(help="LLM serving target (see `advisor targets`).")
+                      ] = DEFAULT_SERVING_TARGET,
     rate: Annotated[list[float] | None, typer.Option(
         "--rate", help="Poisson arrival rate in req/s to measure at (repeatable).")] = None,
     workload: Annotated[str | None, typer.Option(
@@ -112,10 +112,10 @@ def crosscheck_cmd(
     """Cross-check the advisor's client against a reference harness and the server's metrics.
 
     For each config and rate: the advisor's client measures as a trial does (server scrape and
-    validity gate included), then the reference harness (vLLM: `vllm bench serve`) replays the
-    same requests on the same server. Prints advisor vs reference vs server with ratios, and
-    whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference or agree with
-    the server. Run it first in every GPU run that measures LLM trials.
+    validity gate included), then the target's reference harness (its engine's own benchmark
+    client) replays the same requests on the same server. Prints advisor vs reference vs server
+    with ratios, and whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference
+    or agree with the server. Run it first in every GPU run that measures LLM trials.
     """
     sigterm_interrupts()
     if not rate:

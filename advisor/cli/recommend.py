@@ -47,14 +47,15 @@ from knowledge.surrogate import workload_features
 from objectives.hardware import hardware_key
 from objectives.llm.models import MODEL_SHAPES
 from objectives.llm.shapes import ShapeFeatures
-from objectives.registry import get_target
+from objectives.registry import DEFAULT_TARGET, get_target
 
 __all__ = ["recommend_cmd"]
 
 def recommend_cmd(
     slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
                                           'recall_at_10>=0.95".')],
-    target: Annotated[str, typer.Option(help="Target engine.", metavar=TARGETS_METAVAR)] = "faiss",
+    target: Annotated[str, typer.Option(help="Target engine.", metavar=TARGETS_METAVAR)
+                      ] = DEFAULT_TARGET,
     objective: Annotated[str | None, typer.Option(
         help="What to optimise among configs meeting the SLO (default: the target's).")] = None,
     hardware: Annotated[str, typer.Option(callback=one_line,
@@ -71,8 +72,9 @@ def recommend_cmd(
     output_len: Annotated[float | None, typer.Option(
         help="LLM workload: median output length, tokens.")] = None,
     n_vectors: Annotated[int | None, typer.Option(
-        help="faiss workload: vectors in the index (corpus size N).")] = None,
-    dim: Annotated[int | None, typer.Option(help="faiss workload: vector dimension.")] = None,
+        help="Vector-search workload: vectors in the index (corpus size N).")] = None,
+    dim: Annotated[int | None, typer.Option(help="Vector-search workload: vector dimension.")
+                   ] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Show the evidence trials, intervals, model quality and the "
                           "reasoning behind the confidence.")] = False,

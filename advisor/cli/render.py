@@ -98,7 +98,7 @@ def emit_table(console: Console, table: Table, rows: Sequence[Sequence[str]], fm
 def _fit_columns(table: Table, rows: Sequence[Sequence[str]], width: int) -> bool:
     """Fix column widths so that no word is folded in the middle while ``width`` allows it.
 
-    Rich shrinks the widest columns first, which folds ``enable_chunked_prefill=True`` in two
+    Rich shrinks the widest columns first, which folds ``enable_long_knob_name=True`` in two
     while narrow columns keep spare room. Here each column first gets its longest word,
     narrowest columns first; the room left goes to the columns whose cells are longer still.
     Returns True when some column is narrower than its longest word (rich folds it).
@@ -138,8 +138,8 @@ def _fit_columns(table: Table, rows: Sequence[Sequence[str]], width: int) -> boo
 
 def _break_long_words(cell: str, width: int | None) -> str:
     """``cell`` with each word longer than ``width`` split over lines after a ``-``, ``/``,
-    ``@``, ``,``, ``_`` or ``=`` (``h200-vllm-8b-`` / ``chat-60rps``,
-    ``gpu_memory_utilization=`` / ``0.7385``), so a word that must wrap wraps where it can be
+    ``@``, ``,``, ``_`` or ``=`` (``h200-engine-8b-`` / ``chat-60rps``,
+    ``memory_share_of_gpu=`` / ``0.7385``), so a word that must wrap wraps where it can be
     read; a piece still too long is left to rich, which folds it."""
     if width is None or len(cell) <= width:
         return cell

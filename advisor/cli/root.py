@@ -27,7 +27,7 @@ __all__ = ["app"]
 
 app = typer.Typer(
     name="advisor",
-    help="SLO-driven tuning advisor for LLM, RAG and vector-search serving.\n\n"
+    help="SLO-driven tuning advisor for LLM, retrieval and vector-search serving.\n\n"
          "Tune real engines against a latency SLO, store every trial, and get back the config "
          "that meets the SLO with the most headroom.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

@@ -48,7 +48,7 @@ from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialRecord, TrialStatus
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from objectives import parse_slo
-from objectives.registry import get_target
+from objectives.registry import DEFAULT_TARGET, get_target
 
 __all__ = ["CLI_DOOR", "tune_cmd"]
 
@@ -58,7 +58,7 @@ CLI_DOOR = Door(resume="--resume", name="--name", continue_hint="pass --resume t
 
 def tune_cmd(
     target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).",
-                                        metavar=TARGETS_METAVAR)] = "faiss",
+                                        metavar=TARGETS_METAVAR)] = DEFAULT_TARGET,
     slo: Annotated[str | None, typer.Option(
         help='SLO to meet, e.g. "p95_latency_ms<=1,recall_at_10>=0.95". Default: the target\'s.'
     )] = None,
@@ -81,8 +81,8 @@ def tune_cmd(
     model_config: Annotated[str | None, typer.Option("--model-config", callback=one_line,
         help=MODEL_CONFIG_HELP, metavar="PATH|KEY=VALUE,...")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
-        "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable), e.g. "
-                                 "n_base=5000.")] = None,
+        "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable); "
+                                 "the VALUE is read as YAML.")] = None,
     sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLER_NAMES))
                        ] = DEFAULT_SAMPLER,
     seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
@@ -112,18 +112,18 @@ def tune_cmd(
         "--trial-timeout covers the whole trial.")] = None,
     enqueue: Annotated[list[str] | None, typer.Option(
         "--enqueue", help="Measure this config first, after the engine default (repeatable): a "
-        "YAML/JSON mapping of knobs, e.g. '{max_num_seqs: 256, enable_chunked_prefill: false}', "
+        "YAML/JSON mapping of knobs, e.g. '{knob_a: 256, knob_b: false}', "
         "or @FILE holding a mapping or a list of them. Knobs left out keep the engine default, so "
         "one knob per --enqueue ablates the default one knob at a time.")] = None,
     warm_start: Annotated[bool, typer.Option(
         help="Warm start a new study: after the engine default and --enqueue configs, measure "
              "the recommender's config for its SLO, workload and hardware, the "
              f"{BEST_KNOWN} best stored configs meeting the SLO there, and the target's "
-             "textbook starting points (faiss: HNSW32/16, IVF sqrt(N)). They count towards "
+             "textbook starting points. They count towards "
              "--trials and the sampler's random start-up; --resume never adds them.")] = True,
     search_sweep: Annotated[bool, typer.Option(
-        help="Where the target can (faiss: nprobe, efSearch), each trial builds once and "
-             "sweeps the search-time knobs, timing the cheapest setting per quality level; "
+        help="Where the target can, each trial builds once and sweeps its search-time "
+             "knobs, timing the cheapest setting per quality level; "
              "every setting is stored as a trial of its own, outside the --trials budget, "
              "which then counts the sampled configs. Off (the default): every knob is "
              "sampled, one setting per trial. Fixed by the study when it is created.")] = False,
@@ -157,7 +157,7 @@ def tune_cmd(
         err.print("[yellow]--timeout is deprecated[/yellow]: it limits each trial, so it is now "
                   "--trial-timeout", soft_wrap=True)
         trial_timeout = timeout
-    if model_config is not None:  # before the shape is read and named: faiss takes no model
+    if model_config is not None:  # before the shape is read and named: some targets take no model
         check_takes_model(get_target(target), "--model-config")
     model = model_option(model, model_config)
     if model is not None:
