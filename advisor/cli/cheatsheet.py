@@ -15,6 +15,7 @@ from advisor.cli.context import choice, cli_settings, cli_store, err, knowledge_
 
 __all__ = ["cheatsheet_cmd"]
 
+
 def cheatsheet_cmd(
     fmt: Annotated[str, typer.Option("--format", help="Output format.",
                                      **choice(("md", "html", "json")))] = "md",

@@ -40,6 +40,7 @@ from objectives.registry import DEFAULT_SERVING_TARGET, get_target
 
 __all__ = ["crosscheck_cmd"]
 
+
 def _configs(values: list[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
     """``--config LABEL=KNOBS`` values (KNOBS as for --enqueue: inline YAML/JSON or @FILE)."""
     if not values:

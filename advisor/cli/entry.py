@@ -17,6 +17,7 @@ from advisor.errors import AdvisorError
 
 __all__ = ["main"]
 
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: the one place where errors become exit codes.
 

@@ -51,6 +51,7 @@ from objectives.registry import DEFAULT_TARGET, get_target
 
 __all__ = ["recommend_cmd"]
 
+
 def recommend_cmd(
     slo: Annotated[str, typer.Option(help='The SLO to meet, e.g. "p95_latency_ms<=1,'
                                           'recall_at_10>=0.95".')],

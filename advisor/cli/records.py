@@ -16,6 +16,7 @@ from objectives import parse_slo
 
 __all__ = ["studies_cmd", "trials_cmd"]
 
+
 def studies_cmd(
     target: Annotated[str | None, typer.Option(help="Only studies of this target.")] = None,
     wide: Annotated[bool, typer.Option("--wide", help=WIDE_HELP)] = False,

@@ -14,6 +14,7 @@ from objectives.registry import get_target, target_names
 
 __all__ = ["targets_cmd"]
 
+
 def _knob_range(knob: Any) -> str:
     if knob.type == "categorical":
         return ", ".join(map(str, knob.choices))

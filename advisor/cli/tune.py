@@ -56,6 +56,7 @@ __all__ = ["CLI_DOOR", "tune_cmd"]
 CLI_DOOR = Door(resume="--resume", name="--name", continue_hint="pass --resume to continue it",
                 enqueue="--enqueue", startup_trials="--startup-trials", also_rate="--also-rate")
 
+
 def tune_cmd(
     target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).",
                                         metavar=TARGETS_METAVAR)] = DEFAULT_TARGET,
