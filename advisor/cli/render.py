@@ -23,15 +23,14 @@ __all__ = ["TableFormat", "baseline_text", "compact_config", "emit_table", "feat
            "fmt_value", "miss_text", "paired_table", "print_json", "table_format"]
 
 TableFormat = str  # "table", "wide" or "csv"
-
-
+#: Width kept for a column whose longest word does not fit (rich folds its words).
 _FOLDED_WIDTH = 8
-
-
+#: Where a word too long for its column may be broken: after these (study names, SLOs, knobs).
 _BREAK_AFTER = re.compile(r"(?<=[-/@,_=])")
 
 
 def fmt_value(value: Any) -> str:
+    """A number as people read it: thousands grouped, else four significant digits."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -40,6 +39,7 @@ def fmt_value(value: Any) -> str:
 
 
 def compact_config(config: dict[str, Any]) -> str:
+    """``knob=value knob=value``: a config on one line."""
     return " ".join(f"{k}={fmt_value(v)}" for k, v in config.items())
 
 

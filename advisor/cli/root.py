@@ -56,7 +56,6 @@ def _global(
                         format="%(levelname)s %(name)s: %(message)s")
 
 
-
 app.command("targets")(targets.targets_cmd)
 app.command("tune")(tune.tune_cmd)
 app.command("studies")(records.studies_cmd)
