@@ -1,53 +1,38 @@
-"""Studies requested over the REST API: validation of the request, and the job process that runs
-one study under the worker.
+"""Studies requested over the REST API: how a job stores its planned study, and the job process
+that runs one study under the worker.
 
-Every field of a request is data checked against what is registered: the target against the
-target registry, the SLO and objective against the target's metrics, fixed knob values against the
-target's search space, the workload against the target's named presets (parameters may only
-change values the preset already has, with the same type; strings must be plain names). Nothing a
-client sends becomes a command, a flag or a path.
+A request is planned by advisor/study_request.py like every other front door's (from_client:
+presets only, parameters may only change values the preset already has, with the same type;
+strings must be plain names). Nothing a client sends becomes a command, a flag or a path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import re
 import signal
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from advisor.driver import DEFAULT_SAMPLER, SAMPLERS, StudyDriver, StudySpec, complete_enqueued
-from advisor.errors import (
-    AdvisorError,
-    InputError,
-    SearchSpaceError,
-    StoreError,
-    StudyError,
-    WorkloadError,
-)
-from advisor.inputs import MAX_TRIALS, check_numbers, check_study_name, requested_slo
+from advisor.driver import StudyDriver, StudySpec
+from advisor.errors import AdvisorError, StoreError
 from advisor.objective import Objective
 from advisor.settings import Settings
+from advisor.study_request import Door, StudyPlan, StudyRequest
 from advisor.warm_start import warm_start_hook
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.jobs import JobStore
 from knowledge.models import JobStatus, StudyStatus
 from objectives import parse_slo
-from objectives.registry import get_target
 from objectives.workload import Workload
-from search_spaces import SearchSpace
 
-__all__ = ["JobCancelled", "ValidatedStudy", "run_job", "validate_study_request"]
+__all__ = ["API_DOOR", "JobCancelled", "job_request", "run_job", "spec_from_job_request"]
 
 log = logging.getLogger(__name__)
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class JobCancelled(KeyboardInterrupt):
@@ -56,157 +41,24 @@ class JobCancelled(KeyboardInterrupt):
     study as interrupted."""
 
 
-@dataclass(frozen=True)
-class ValidatedStudy:
-    """A study request after validation: the driver's spec plus how to start it."""
-
-    spec: StudySpec
-    resume: bool
-    request: dict[str, Any]  # the normalised request, as stored with the job
+#: How the REST API spells a study request's fields in the errors :func:`plan_study` raises.
+API_DOOR = Door(resume="`resume`", name="`name`", continue_hint="send resume=true to continue it",
+                enqueue="`enqueue`", startup_trials="`startup_trials`", also_rate="`also_rate`")
 
 
-def _check_fixed(space: SearchSpace, fixed: Mapping[str, Any]) -> dict[str, Any]:
-    """Fixed knob values, each checked against its knob's type and static range."""
-    problems: list[str] = []
-    clean: dict[str, Any] = {}
-    for name, value in fixed.items():
-        if name not in space:
-            problems.append(f"unknown knob {name!r}")
-            continue
-        knob = space.knob(name)
-        if knob.type == "int" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        why = knob.check_value(value, {})
-        if why:
-            problems.append(f"{name}: {why}")
-        clean[name] = value
-    if problems:
-        raise SearchSpaceError(f"invalid fixed knobs for target {space.target!r}: "
-                               + "; ".join(problems) + ". Its knobs: "
-                               + ", ".join(k.name for k in space))
-    return clean
-
-
-def _check_param(key: str, base: Any, value: Any) -> Any:
-    """One workload parameter override, checked against the preset's own value."""
-    if isinstance(base, bool) or isinstance(value, bool):
-        if not (isinstance(base, bool) and isinstance(value, bool)):
-            raise WorkloadError(f"workload param {key!r} must be a boolean like the preset's")
-        return value
-    if isinstance(base, int | float):
-        check_numbers(value, f"workload param {key!r}")
-        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise WorkloadError(f"workload param {key!r} must be a finite number >= 0")
-        if isinstance(base, int) and not (isinstance(value, int) or float(value).is_integer()):
-            raise WorkloadError(f"workload param {key!r} must be an integer")
-        return int(value) if isinstance(base, int) else float(value)
-    if isinstance(base, str):
-        if not isinstance(value, str) or not _NAME_RE.match(value):
-            raise WorkloadError(f"workload param {key!r} must be a plain name (letters, digits, "
-                                "'.', '_', '-'; no paths)")
-        if key == "model":
-            from objectives.llm.models import MODEL_SHAPES
-
-            if value not in MODEL_SHAPES:
-                raise WorkloadError(f"unknown model shape {value!r}; over the API choose one of "
-                                    f"{', '.join(sorted(MODEL_SHAPES))}")
-        return value
-    if isinstance(base, Mapping):
-        if not isinstance(value, Mapping):
-            raise WorkloadError(f"workload param {key!r} must be an object like the preset's")
-        return {**base, **{k: _check_param(f"{key}.{k}", base.get(k, _missing(key, k)), v)
-                           for k, v in value.items()}}
-    raise WorkloadError(f"workload param {key!r} cannot be changed over the API")
-
-
-def _missing(key: str, sub: str) -> Any:
-    raise WorkloadError(f"workload param {key!r} has no field {sub!r}")
-
-
-def _resolve_workload(target: Any, preset: str | None, params: Mapping[str, Any]) -> Workload:
-    presets = target.named_workloads()
-    if preset is None:
-        wl = target.default_workload()
-    elif preset in presets:
-        wl = presets[preset]
-    else:
-        raise WorkloadError(f"unknown workload {preset!r} for {target.name}; presets: "
-                            f"{', '.join(sorted(presets))}")
-    overrides: dict[str, Any] = {}
-    for key, value in params.items():
-        if key not in wl.params:
-            raise WorkloadError(f"workload {wl.name!r} has no param {key!r}; its params: "
-                                f"{', '.join(sorted(wl.params))}")
-        overrides[key] = _check_param(key, wl.params[key], value)
-    wl = wl.with_params(**overrides) if overrides else wl
-    target.check_workload(wl)
-    return wl
-
-
-def default_study_name(target: str, wl: Workload, slo: str, objective: str) -> str:
-    """The name ``advisor tune`` derives for the same study (so the CLI can ``--resume`` it)."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{wl.spec_hash}|{slo}|{objective}".encode()).hexdigest()[:6]
-    return f"{target}-{wl.name}-{digest}"
-
-
-def validate_study_request(request: Mapping[str, Any]) -> ValidatedStudy:
-    """Check a study request (the fields of ``POST /v1/studies``) and build the driver's spec.
-
-    Raises an :class:`AdvisorError` subclass naming the broken field.
-    """
-    target_name = str(request["target"])
-    target = get_target(target_name)
-    reported = target.reported_metrics()
-    slo = requested_slo(request.get("slo") or target.default_slo)
-    slo.check_metrics(target_name, reported)
-    objective = Objective.parse(request.get("objective") or target.default_objective)
-    if objective.metric not in reported:
-        raise StudyError(f"target {target_name!r} does not report the objective metric "
-                         f"{objective.metric!r}; its metrics: {', '.join(sorted(reported))}")
-    workload = request.get("workload") or {}
-    wl = _resolve_workload(target, workload.get("preset"), workload.get("params") or {})
-    fixed = _check_fixed(target.space(), request.get("fixed") or {})
-    enqueued = complete_enqueued(target.space(), fixed, request.get("enqueue") or [])
-    if enqueued and request.get("resume"):
-        raise StudyError("`enqueue` applies when a study starts; it cannot go with `resume`")
-    n_trials = int(request.get("trials", 30))
-    if not 1 <= n_trials <= MAX_TRIALS:
-        raise StudyError(f"`1 <= trials <= {MAX_TRIALS}` must hold, but got trials={n_trials}")
-    sampler = str(request.get("sampler", DEFAULT_SAMPLER))
-    if sampler not in SAMPLERS:
-        raise StudyError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
-    name = request.get("name") or default_study_name(target_name, wl, str(slo), str(objective))
-    if request.get("name"):
-        check_study_name(name)
-    seed = request.get("seed")
-    startup = request.get("startup_trials")
-    if startup is not None and request.get("resume"):
-        raise StudyError("`startup_trials` applies when a study starts; it cannot go with "
-                         "`resume`")
-    paired = request.get("paired_repeats")
-    warm = request.get("warm_start", True)
-    if not isinstance(warm, bool):
-        raise InputError(f"`warm_start` must be true or false, but got {warm!r}")
-    sweep = request.get("search_sweep", False)
-    if not isinstance(sweep, bool):
-        raise InputError(f"`search_sweep` must be true or false, but got {sweep!r}")
-    spec = StudySpec(name=name, target=target_name, slo=slo, objective=objective, workload=wl,
-                     n_trials=n_trials, sampler=sampler, seed=None if seed is None else int(seed),
-                     startup_trials=None if startup is None else int(startup),
-                     include_default=bool(request.get("include_default", True)), fixed=fixed,
-                     enqueued=tuple(enqueued),
-                     paired_repeats=None if paired is None else int(paired), search_sweep=sweep)
-    normalised = {
-        "target": target_name, "slo": str(slo), "objective": str(objective),
-        "workload": wl.spec, "fixed": fixed, "enqueue": enqueued, "trials": n_trials,
-        "sampler": sampler, "startup_trials": spec.startup_trials,
-        "seed": spec.seed, "include_default": spec.include_default, "name": name,
-        "resume": bool(request.get("resume", False)), "paired_repeats": spec.paired_repeats,
-        "warm_start": warm, "search_sweep": sweep,
+def job_request(plan: StudyPlan, request: StudyRequest) -> dict[str, Any]:
+    """The planned study as a job stores it (JSON): every default resolved, so the job process
+    runs what was checked here even if the server's defaults change before it starts."""
+    spec = plan.spec
+    return {
+        "target": spec.target, "slo": str(spec.slo), "objective": str(spec.objective),
+        "workload": spec.workload.spec, "fixed": dict(spec.fixed),
+        "enqueue": [dict(c) for c in spec.enqueued], "trials": spec.n_trials,
+        "sampler": spec.sampler, "startup_trials": spec.startup_trials, "seed": spec.seed,
+        "include_default": spec.include_default, "name": spec.name, "resume": request.resume,
+        "paired_repeats": spec.paired_repeats, "warm_start": plan.warm_start,
+        "search_sweep": spec.search_sweep,
     }
-    return ValidatedStudy(spec, bool(request.get("resume", False)), normalised)
 
 
 def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:

@@ -11,7 +11,8 @@ from fastapi_offline import FastAPIOffline
 
 from advisor import __version__
 from advisor.errors import AdvisorError
-from advisor.settings import Settings, default_db_url
+from advisor.settings import Settings
+from advisor.stores import open_store
 from api.deps import require_read, require_write
 from api.errors import install_error_handlers
 from api.knowledge import Knowledge
@@ -28,7 +29,6 @@ from api.routes import (
     targets,
     trials,
 )
-from knowledge import TrialStore
 from knowledge.jobs import JobStore
 
 __all__ = ["DOCS_ASSETS_URL", "create_app"]
@@ -48,8 +48,10 @@ server they answer 403. Reads are open unless the server sets `ADVISOR_API_READ_
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app on ``settings`` (the environment's when None)."""
+def create_app(settings: Settings | None = None, *, import_shipped: bool = False) -> FastAPI:
+    """Build the app on ``settings`` (the environment's when None). ``import_shipped``: open the
+    store as the command line does, importing the shipped knowledge (``advisor serve``); off, an
+    app serves exactly what its store holds (tests, embedding)."""
     settings = settings or Settings()
     try:
         keys = settings.api_keys()
@@ -61,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app: FastAPI = FastAPIOffline(title="slo-advisor", version=__version__,
                                   description=_DESCRIPTION, responses=COMMON_ERRORS,
                                   static_url=DOCS_ASSETS_URL)
-    store = TrialStore(settings.db_url, create_dir=settings.db_url == default_db_url())
+    store = open_store(settings, import_shipped=import_shipped)
     app.state.settings = settings
     app.state.store = store
     app.state.jobs = JobStore(store)

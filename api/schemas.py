@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from advisor.errors import InputError
 from advisor.inputs import LABEL_PATTERN, MAX_TRIALS, STUDY_NAME_PATTERN, check_numbers
 from advisor.settings import check_paired_repeats
+from advisor.study_request import DEFAULT_SAMPLER, SAMPLER_NAMES
 
 __all__ = [
     "CheatSheetValuePublic",
@@ -216,7 +217,8 @@ class StudyCreate(BaseModel):
                     "--enqueue` takes them: knob mappings, completed with the engine defaults "
                     "and checked against the search space")
     trials: int = Field(default=30, ge=1, le=MAX_TRIALS)
-    sampler: Literal["tpe", "gp", "random"] = "tpe"
+    sampler: str = Field(default=DEFAULT_SAMPLER, json_schema_extra={"enum": list(SAMPLER_NAMES)},
+                         description="search algorithm")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     startup_trials: int | None = Field(
         default=None, ge=1, le=1000,
@@ -246,6 +248,13 @@ class StudyCreate(BaseModel):
                     "sweeps the search-time knobs, storing every setting as a trial of its own "
                     "outside the `trials` budget, as `advisor tune --search-sweep` does; false "
                     "(the default): every knob is sampled")
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler(cls, value: str) -> str:
+        if value not in SAMPLER_NAMES:  # a ValueError: a 422 naming the field, as for the rest
+            raise ValueError(f"Input should be {' or '.join(map(repr, SAMPLER_NAMES))}")
+        return value
 
     @field_validator("paired_repeats")
     @classmethod

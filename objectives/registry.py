@@ -14,7 +14,7 @@ import os
 from advisor.errors import UnknownTargetError
 from objectives.target import Target
 
-__all__ = ["DEFAULT_CROSSCHECK_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target", "target_class",
+__all__ = ["DEFAULT_SERVING_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target", "target_class",
            "target_names"]
 
 TARGETS: dict[str, str] = {
@@ -29,10 +29,11 @@ TARGETS: dict[str, str] = {
     "rag": "objectives.targets.rag_target:RagTarget",
 }
 
-#: The target a front door uses when the user names none (it runs on any CPU).
+#: The target a command tunes or answers for when none is named (``advisor tune``, ``recommend``;
+#: it runs on any CPU).
 DEFAULT_TARGET = "faiss"
-#: The serving target ``advisor crosscheck`` measures when the user names none.
-DEFAULT_CROSSCHECK_TARGET = "vllm"
+#: The LLM serving target ``advisor crosscheck`` checks when none is named.
+DEFAULT_SERVING_TARGET = "vllm"
 
 
 def _registry() -> dict[str, str]:

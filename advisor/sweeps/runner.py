@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from advisor import __version__, pairing
-from advisor.driver import StudyDriver, StudySpec, failure_streak
+from advisor.driver import StudyDriver, failure_streak
 from advisor.errors import AdvisorError, StudyError, UnknownTargetError
 from advisor.settings import Settings
+from advisor.study_request import StudyRequest, plan_study
 from advisor.sweeps.drift import CellDrift, compare_cell
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
 from advisor.sweeps.spec import CellSpec, SweepSpec
@@ -278,10 +279,11 @@ class SweepRunner:
     def _create(self, run: SweepRunRecord, cell: CellSpec, name: str,
                 prev_best: Mapping[str, Any] | None, models: KnowledgeModels | None
                 ) -> StudyRecord:
-        spec = StudySpec(name=name, target=cell.target, slo=cell.slo, objective=cell.objective,
-                         workload=cell.workload, n_trials=cell.trials, sampler=self.spec.sampler,
-                         seed=self.spec.seed, include_default=True, fixed=dict(cell.fixed))
-        study = self.driver.create(spec)
+        plan = plan_study(StudyRequest(
+            target=cell.target, slo=str(cell.slo), objective=str(cell.objective),
+            workload=cell.workload, trials=cell.trials, sampler=self.spec.sampler,
+            seed=self.spec.seed, fixed=cell.fixed, name=name, user_named=False), self.store)
+        study = self.driver.create(plan.spec)
         with self.store.session() as s:  # the cell's place in the sweep, for reports and drift
             rec = s.get(StudyRecord, study.id)
             assert rec is not None

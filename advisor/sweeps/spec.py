@@ -17,11 +17,15 @@ from typing import Any
 
 import yaml
 
-from advisor.driver import DEFAULT_SAMPLER, SAMPLERS
 from advisor.errors import AdvisorError
-from advisor.inputs import requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
+from advisor.study_request import (
+    DEFAULT_SAMPLER,
+    check_sampler,
+    resolve_objective,
+    resolve_slo,
+)
 from objectives import SLO, Workload
 from objectives.registry import get_target
 from objectives.workload import canonical_json
@@ -128,9 +132,10 @@ def parse_sweep(data: Any, *, source: str = "sweep") -> SweepSpec:
     backend = str(data.get("backend", "local"))
     if backend not in BACKENDS:
         raise SweepFileError(f"{source}: `backend` must be one of {BACKENDS}, got {backend!r}")
-    sampler = str(data.get("sampler", DEFAULT_SAMPLER))
-    if sampler not in SAMPLERS:
-        raise SweepFileError(f"{source}: `sampler` must be one of {SAMPLERS}, got {sampler!r}")
+    try:
+        sampler = check_sampler(str(data.get("sampler", DEFAULT_SAMPLER)))
+    except AdvisorError as exc:
+        raise SweepFileError(f"{source}: `sampler`: {exc}") from None
     workers = _int(data, "workers", 1, source, low=1, high=256)
     default_trials = _int(data, "trials", 20, source, low=1, high=10_000)
     warm = data.get("warm_start") or {}
@@ -193,22 +198,17 @@ def _expand(entry: Any, where: str, default_trials: int) -> list[CellSpec]:
     if not isinstance(tiers, Mapping) or not tiers:
         raise SweepFileError(f"{where}: `slo_tiers` must map tier names to SLOs, e.g. "
                              f"{{strict: {target.default_slo!r}}}")
-    reported = target.reported_metrics()
     try:
-        objective = Objective.parse(str(entry.get("objective") or target.default_objective))
+        objective = resolve_objective(target, str(entry.get("objective") or "") or None)
     except AdvisorError as exc:
         raise SweepFileError(f"{where}: objective: {exc}") from None
-    if objective.metric not in reported:
-        raise SweepFileError(f"{where}: target {target_name!r} does not report the objective "
-                             f"metric {objective.metric!r}")
     slos: dict[str, SLO] = {}
     for tier, text in tiers.items():
         if not _NAME_RE.match(str(tier)):
             raise SweepFileError(f"{where}: SLO tier name {tier!r} must be letters, digits, '.', "
                                  "'_' or '-'")
         try:
-            slo = requested_slo(str(text))
-            slo.check_metrics(target_name, reported)
+            slo = resolve_slo(target, str(text))
         except AdvisorError as exc:
             raise SweepFileError(f"{where}: SLO tier {tier!r}: {exc}") from None
         slos[str(tier)] = slo

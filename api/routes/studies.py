@@ -7,8 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, status
 
 from advisor.errors import NotFoundError, StudyError
-from advisor.jobs import validate_study_request
+from advisor.jobs import API_DOOR, job_request
 from advisor.pairing import PROVENANCE_KEY
+from advisor.study_request import StudyRequest, plan_study
 from api.deps import JobsDep, ReadAccess, StoreDep, WriteAccess
 from api.routes.jobs import job_public
 from api.schemas import ErrorPublic, JobPublic, Page, StudyCreate, StudyPublic
@@ -68,10 +69,25 @@ def start_study(body: StudyCreate, store: StoreDep, jobs: JobsDep) -> JobPublic:
     The target must be registered, fixed knob values must lie in its search space, the workload
     must be one of its presets. Answers 202 with the job; poll `GET /v1/jobs/{id}`, stop it with
     `POST /v1/jobs/{id}/cancel`."""
-    validated = validate_study_request(body.model_dump())
-    name = validated.spec.name
-    if not validated.resume and store.get_study(name) is not None:
-        raise StudyError(f"a study named {name!r} already exists; send resume=true to continue "
-                         "it, or choose another name")
-    job = jobs.create(study_name=name, target=validated.spec.target, request=validated.request)
+    request = study_request(body)
+    plan = plan_study(request, store)
+    job = jobs.create(study_name=plan.spec.name, target=plan.spec.target,
+                      request=job_request(plan, request))
     return job_public(job, store)
+
+
+def study_request(body: StudyCreate) -> StudyRequest:
+    """``body`` as the study request every front door plans (advisor/study_request.py)."""
+    if body.resume and (body.enqueue or body.startup_trials is not None):
+        # A job runs later, so whether the study will exist by then is not known here: options
+        # that only apply when a study starts never go with a resume over the API.
+        field = "`enqueue`" if body.enqueue else "`startup_trials`"
+        raise StudyError(f"{field} applies when a study starts; it cannot go with `resume`")
+    return StudyRequest(
+        target=body.target, slo=body.slo, objective=body.objective,
+        workload=body.workload.preset, workload_params=body.workload.params, from_client=True,
+        trials=body.trials, sampler=body.sampler, seed=body.seed,
+        startup_trials=body.startup_trials, include_default=body.include_default,
+        fixed=body.fixed, enqueued=tuple(body.enqueue), paired_repeats=body.paired_repeats,
+        search_sweep=body.search_sweep, warm_start=body.warm_start, name=body.name,
+        resume=body.resume, door=API_DOOR)

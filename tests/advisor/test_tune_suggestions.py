@@ -9,7 +9,8 @@ import shlex
 import pytest
 import typer
 
-from advisor.cli import _resolve_workload, app
+from advisor.cli import app
+from advisor.cli.context import parse_workload as _resolve_workload
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from advisor.presets import check_model

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.cli import _enqueued
+from advisor.cli.context import parse_enqueued as _enqueued
 from advisor.errors import AdvisorError
 
 

@@ -1,7 +1,9 @@
-"""`advisor sweep ...`: plan and run sweep files (nightly re-tuning), list runs, show reports."""
+"""`advisor sweep ...`: plan and run sweep files (nightly re-tuning), list runs, show reports.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,8 +11,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from advisor.cli import _fmt, _settings, _sigterm_interrupts, _store, err, out
-from advisor.cli_support import choice, print_json
+from advisor.cli.context import choice, cli_settings, cli_store, err, out, sigterm_interrupts
+from advisor.cli.render import fmt_value, print_json
 from advisor.driver import StudyDriver
 from advisor.errors import AdvisorError
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
@@ -29,7 +31,6 @@ sweep_app = typer.Typer(help="Sweep files: re-tune a matrix of targets × models
 
 def _override(spec: SweepSpec, backend: str | None, workers: int | None,
               ray_address: str | None) -> SweepSpec:
-    import dataclasses
 
     if backend is not None and backend not in BACKENDS:
         raise AdvisorError(f"--backend must be one of {BACKENDS}, got {backend!r}")
@@ -49,8 +50,8 @@ def plan_cmd(
 ) -> None:
     """Print the cells a sweep file would run and their estimated cost; runs nothing."""
     spec = _override(load_sweep(file), backend, workers, None)
-    settings = _settings()
-    store = _store(settings)
+    settings = cli_settings()
+    store = cli_store(settings)
     runner = SweepRunner(store, settings, spec, backend=_backend(spec, store, settings),
                          reporter=_Reporter(quiet=True))
     plans = runner.plan(spec.workers)
@@ -119,12 +120,12 @@ def run_cmd(
     Exit code: 0 all cells ran and nothing regressed; 3 a cell's best config regressed beyond
     the measured noise; 4 a cell keeps failing; 5 both; 130 interrupted (rerun to resume).
     """
-    _sigterm_interrupts()
+    sigterm_interrupts()
     spec = _override(load_sweep(file), backend, workers, ray_address)
-    settings = _settings()
+    settings = cli_settings()
     if spec.trial_timeout_s is not None:
         settings = settings.model_copy(update={"trial_timeout_s": spec.trial_timeout_s})
-    store = _store(settings)
+    store = cli_store(settings)
     reporter = _Reporter(quiet=as_json)
     backend_impl = _backend(spec, store, settings)
     runner = SweepRunner(store, settings, spec, backend=backend_impl, reporter=reporter,
@@ -179,7 +180,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
                       f"{counts.get('complete', 0)} ok / {counts.get('failed', 0)} failed"
                       + (f" / {counts['invalid']} invalid" if counts.get("invalid") else "")
                       if counts else "-", str(counts.get("meeting_slo", "-")),
-                      " ".join(f"{k}={_fmt(v)}" for k, v in (best.get("config") or {}).items()),
+                      " ".join(f"{k}={fmt_value(v)}"
+                               for k, v in (best.get("config") or {}).items()),
                       f"{drift.get('status', '-')}" + (f": {moved}" if moved else ""))
     out.print(table)
     for cell in summary["cells"]:
@@ -203,9 +205,9 @@ def worker_cmd(
         help="Stop when the study's last N finished trials all failed.")] = None,
 ) -> None:
     """One local-backend worker: run trials of an existing study until its budget is taken."""
-    _sigterm_interrupts()
-    settings = _settings()
-    driver = StudyDriver(_store(settings), settings)
+    sigterm_interrupts()
+    settings = cli_settings()
+    driver = StudyDriver(cli_store(settings), settings)
     try:
         result = driver.join(study, worker=worker,
                              max_consecutive_failures=max_consecutive_failures)
@@ -221,7 +223,7 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List sweep runs, newest last."""
-    runs = _store().sweep_runs(sweep)
+    runs = cli_store().sweep_runs(sweep)
     rows = [{"run": r.name, "sweep": r.sweep, "status": r.status, "backend": r.backend,
              "started": r.created_at.isoformat(timespec="seconds"),
              "regressions": r.summary.get("regressions"),
@@ -247,7 +249,7 @@ def report_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show a finished run's summary and drift report; exits with the run's exit code."""
-    store = _store()
+    store = cli_store()
     if run is None:
         finished = [r for r in store.sweep_runs() if r.summary]
         if not finished:
@@ -297,7 +299,7 @@ class _Reporter:
         role = trial.details.get("role") or ""
         if trial.status == TrialStatus.COMPLETE:
             mark = "[green]meets SLO[/green]" if trial.feasible else "[yellow]misses SLO[/yellow]"
-            figures = ", ".join(f"{m}={_fmt(trial.metrics.get(m))}"
+            figures = ", ".join(f"{m}={fmt_value(trial.metrics.get(m))}"
                                 for m in dict.fromkeys([cell.objective.metric,
                                                         *cell.slo.metrics]))
         elif trial.status == TrialStatus.INVALID:
@@ -323,3 +325,4 @@ class _Reporter:
     def stop(self) -> None:
         if self.progress.live.is_started:
             self.progress.stop()
+

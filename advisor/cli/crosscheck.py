@@ -1,5 +1,6 @@
 """`advisor crosscheck`: the advisor's client against a reference harness and the server's own
-metrics, on one server, before any GPU run's trials are trusted (see advisor/crosscheck.py)."""
+metrics, on one server, before any GPU run's trials are trusted (see advisor/crosscheck.py).
+"""
 
 from __future__ import annotations
 
@@ -12,19 +13,19 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from advisor.cli import (
-    _MODEL_CONFIG_HELP,
-    _enqueued,
-    _fmt,
-    _model_option,
-    _resolve_workload,
-    _settings,
-    _sigterm_interrupts,
-    _store,
+from advisor.cli.context import (
+    MODEL_CONFIG_HELP,
+    cli_settings,
+    cli_store,
     err,
+    model_option,
+    one_line,
     out,
+    parse_enqueued,
+    parse_workload,
+    sigterm_interrupts,
 )
-from advisor.cli_support import one_line, print_json
+from advisor.cli.render import fmt_value, print_json
 from advisor.crosscheck import (
     GOAL_METRICS,
     GOAL_RELATIVE,
@@ -35,7 +36,7 @@ from advisor.crosscheck import (
     write_report,
 )
 from advisor.errors import AdvisorError
-from objectives.registry import get_target
+from objectives.registry import DEFAULT_SERVING_TARGET, get_target
 
 __all__ = ["crosscheck_cmd"]
 
@@ -53,7 +54,7 @@ def _configs(values: list[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
         if knobs.strip() in ("", "{}", "default"):
             configs.append((label.strip(), {}))
             continue
-        items = _enqueued([knobs])
+        items = parse_enqueued([knobs])
         if len(items) != 1:
             raise AdvisorError(f"--config {label}: expected one mapping of knobs, got "
                                f"{len(items)}")
@@ -62,8 +63,8 @@ def _configs(values: list[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def crosscheck_cmd(
-    target: Annotated[str, typer.Option(help="LLM serving target (vllm, openai, ...).")
-                      ] = "vllm",
+    target: Annotated[str, typer.Option(help="LLM serving target (see `advisor targets`).")
+                      ] = DEFAULT_SERVING_TARGET,
     rate: Annotated[list[float] | None, typer.Option(
         "--rate", help="Poisson arrival rate in req/s to measure at (repeatable).")] = None,
     workload: Annotated[str | None, typer.Option(
@@ -72,7 +73,7 @@ def crosscheck_cmd(
         callback=one_line, help="Model shape or local path (sets the workload's `model`).")
     ] = None,
     model_config: Annotated[str | None, typer.Option(
-        "--model-config", callback=one_line, help=_MODEL_CONFIG_HELP,
+        "--model-config", callback=one_line, help=MODEL_CONFIG_HELP,
         metavar="PATH|KEY=VALUE,...")] = None,
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable).")
@@ -112,19 +113,19 @@ def crosscheck_cmd(
     """Cross-check the advisor's client against a reference harness and the server's metrics.
 
     For each config and rate: the advisor's client measures as a trial does (server scrape and
-    validity gate included), then the reference harness (vLLM: `vllm bench serve`) replays the
-    same requests on the same server. Prints advisor vs reference vs server with ratios, and
-    whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference or agree with
-    the server. Run it first in every GPU run that measures LLM trials.
+    validity gate included), then the target's reference harness (its engine's own benchmark
+    client) replays the same requests on the same server. Prints advisor vs reference vs server
+    with ratios, and whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference
+    or agree with the server. Run it first in every GPU run that measures LLM trials.
     """
-    _sigterm_interrupts()
+    sigterm_interrupts()
     if not rate:
         raise AdvisorError("crosscheck needs at least one --rate, e.g. --rate 15 --rate 45")
-    model = _model_option(model, model_config)
-    settings = _settings()
+    model = model_option(model, model_config)
+    settings = cli_settings()
     tgt = get_target(target)
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]
-    wl = _resolve_workload(tgt, workload, params)
+    wl = parse_workload(tgt, workload, params)
     plan = CrosscheckPlan(target=target, workload=wl, rates=tuple(rate),
                           configs=_configs(config or []), repeats=repeats,
                           reference_repeats=reference_repeats, co_resident=co_resident,
@@ -132,7 +133,7 @@ def crosscheck_cmd(
                           served_model=served_model, store_as=store_as, slo=slo,
                           reference_configs=tuple(reference_config) if reference_config
                           else None)
-    store = _store(settings) if store_as else None
+    store = cli_store(settings) if store_as else None
 
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +149,9 @@ def crosscheck_cmd(
             return
         m = one.metrics
         err.print(f"  {one.kind:9} {one.config} @ {one.rate_rps:g} req/s: "
-                  f"TTFT p95 {_fmt(m.get('ttft_p95_ms'))} ms, TPOT p95 "
-                  f"{_fmt(m.get('tpot_p95_ms'))} ms, {_fmt(m.get('output_tokens_per_s'))} tok/s"
+                  f"TTFT p95 {fmt_value(m.get('ttft_p95_ms'))} ms, TPOT p95 "
+                  f"{fmt_value(m.get('tpot_p95_ms'))} ms, "
+                  f"{fmt_value(m.get('output_tokens_per_s'))} tok/s"
                   f" [{one.validity}]", highlight=False)
 
     report = run_crosscheck(plan, cache_dir=settings.cache_dir, store=store,
@@ -181,9 +183,9 @@ def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
             server = f.get("server_advisor_window")
             goal = ("met" if f["goal_met"] else "MISSED") + (
                 " (server)" if f["goal_met"] and not f["within_goal_of_reference"] else "")
-            table.add_row(row["config"], f"{row['rate_rps']:g}", metric, _fmt(f["advisor"]),
-                          _fmt(f["reference"]), "" if ratio is None else f"{ratio:.2f}",
-                          _fmt(server), goal)
+            table.add_row(row["config"], f"{row['rate_rps']:g}", metric, fmt_value(f["advisor"]),
+                          fmt_value(f["reference"]), "" if ratio is None else f"{ratio:.2f}",
+                          fmt_value(server), goal)
     out.print(table)
     missed = [r for r in rows if not r["goal_met"]]
     out.print(f"{len(rows) - len(missed)} of {len(rows)} config x rate rows within "
@@ -209,6 +211,7 @@ def _print_round_rows(rows: list[dict[str, Any]]) -> None:
             ratio = "" if f["ratio_median"] is None else (
                 f"{f['ratio_median']:.2f} [{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]")
             table.add_row(row["config"], f"{row['rate_rps']:g}", str(row["rounds"]), metric,
-                          _fmt(f["advisor_median"]), _fmt(f["reference_median"]), ratio,
+                          fmt_value(f["advisor_median"]), fmt_value(f["reference_median"]), ratio,
                           f["agrees_with_server"], "met" if f["goal_met"] else "MISSED")
     out.print(table)
+

@@ -1,8 +1,7 @@
-"""Helpers of the ``advisor`` command line: choice options, usage-error messages, table output.
-
-Kept apart from advisor/cli.py so the commands stay readable. Typer (pinned in pyproject.toml)
-ships its own copy of click; its exceptions all derive from ``typer.TyperException``, which is
-how usage errors are recognised here without importing click.
+"""Rendering for the ``advisor`` command line: numbers and configs as people read them, tables on
+a terminal, on one line per row (``--wide``) or as CSV, JSON output, and the engine-default
+comparisons (a study's paired comparison, advisor/paired.py; a recommendation's verdict against
+the default, advisor/baseline.py).
 """
 
 from __future__ import annotations
@@ -11,18 +10,17 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from advisor.errors import InputError
-from advisor.inputs import check_label
+from advisor.baseline import DefaultComparison
 
-__all__ = ["TableFormat", "choice", "emit_table", "is_help_request", "one_line", "positive",
-           "table_format", "usage_message"]
+__all__ = ["TableFormat", "baseline_text", "compact_config", "emit_table", "features_text",
+           "fmt_value", "miss_text", "paired_table", "print_json", "table_format"]
 
 TableFormat = str  # "table", "wide" or "csv"
 #: Width kept for a column whose longest word does not fit (rich folds its words).
@@ -31,75 +29,29 @@ _FOLDED_WIDTH = 8
 _BREAK_AFTER = re.compile(r"(?<=[-/@,_=])")
 
 
-def _one_of(choices: Sequence[str]) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        values = value if isinstance(value, list | tuple) else [value]
-        for v in values:
-            if v is not None and v not in choices:
-                raise typer.BadParameter(f"{v!r} is not one of {', '.join(choices)}")
-        return value
-
-    return check
+def fmt_value(value: Any) -> str:
+    """A number as people read it: thousands grouped, else four significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
 
 
-def choice(choices: Sequence[str]) -> dict[str, Any]:
-    """``typer.Option`` keyword arguments for a string option limited to ``choices``: ``--help``
-    lists them (instead of ``<str>``) and any other value is a usage error naming them.
-
-    The choices come from the registries (samplers, surrogate families, statuses), so adding one
-    there adds it here; the value stays a plain ``str`` for the command.
-    """
-    return {"metavar": "|".join(choices), "callback": _one_of(list(choices))}
+def compact_config(config: dict[str, Any]) -> str:
+    """``knob=value knob=value``: a config on one line."""
+    return " ".join(f"{k}={fmt_value(v)}" for k, v in config.items())
 
 
-def one_line(value: str | None) -> str | None:
-    """Option callback: a name, hardware or model label must be one line of printable text
-    (advisor/inputs.py: it is printed into commands a user may paste into a shell)."""
-    if value is not None:
-        try:
-            check_label(value, "the value")
-        except InputError as exc:
-            raise typer.BadParameter(str(exc)) from None
-    return value
+def miss_text(margin: float) -> str:
+    """A relative SLO miss for people: a percentage, or "over 100x" once the bound is so far off
+    (a doubled interval on a log scale) that the digits would mean nothing."""
+    return f"{margin:.1%}" if margin < 100 else "over 100x"
 
 
-def positive(value: float | None) -> float | None:
-    """Option callback: a number of seconds must be > 0 (a usage error otherwise)."""
-    if value is not None and not value > 0:
-        raise typer.BadParameter(f"must be > 0, got {value:g}")
-    return value
-
-
-def _command_path(exc: typer.TyperException) -> str:
-    ctx = getattr(exc, "ctx", None)
-    return str(ctx.command_path) if ctx is not None else "advisor"
-
-
-def usage_message(exc: typer.TyperException) -> str:
-    """One line for a usage error: the command, what is wrong, and the valid choices.
-
-    Click's own rendering prints the usage line, a help hint and the message on three lines;
-    here the message is kept, the valid commands or options are named when the problem is an
-    unknown one, and the help hint is folded into the same line.
-    """
-    message = " ".join(exc.format_message().split()).rstrip(".")
-    path = _command_path(exc)
-    ctx = getattr(exc, "ctx", None)
-    extra = ""
-    name = type(exc).__name__
-    if ctx is not None and name == "UsageError" and message.startswith(
-            ("No such command", "Missing command")):
-        extra = f"; commands: {', '.join(ctx.command.list_commands(ctx))}"
-    elif ctx is not None and name == "NoSuchOption" and not getattr(exc, "possibilities", None):
-        options = [o for p in ctx.command.get_params(ctx) if not getattr(p, "hidden", False)
-                   for o in getattr(p, "opts", []) if o.startswith("--")]
-        extra = f"; options: {', '.join(options)}"
-    return f"{path}: {message}{extra} (see '{path} --help')"
-
-
-def is_help_request(exc: typer.TyperException) -> bool:
-    """True for click's "no arguments, show the help" signal (``advisor``, ``advisor sweep``)."""
-    return type(exc).__name__ == "NoArgsIsHelpError"
+def features_text(features: dict[str, float]) -> str:
+    """``rate_rps=60 prompt_len=256``: workload features as a user types them."""
+    return " ".join(f"{k}={v:g}" for k, v in features.items())
 
 
 def table_format(wide: bool, as_csv: bool) -> TableFormat:
@@ -146,7 +98,7 @@ def emit_table(console: Console, table: Table, rows: Sequence[Sequence[str]], fm
 def _fit_columns(table: Table, rows: Sequence[Sequence[str]], width: int) -> bool:
     """Fix column widths so that no word is folded in the middle while ``width`` allows it.
 
-    Rich shrinks the widest columns first, which folds ``enable_chunked_prefill=True`` in two
+    Rich shrinks the widest columns first, which folds ``enable_long_knob_name=True`` in two
     while narrow columns keep spare room. Here each column first gets its longest word,
     narrowest columns first; the room left goes to the columns whose cells are longer still.
     Returns True when some column is narrower than its longest word (rich folds it).
@@ -186,8 +138,8 @@ def _fit_columns(table: Table, rows: Sequence[Sequence[str]], width: int) -> boo
 
 def _break_long_words(cell: str, width: int | None) -> str:
     """``cell`` with each word longer than ``width`` split over lines after a ``-``, ``/``,
-    ``@``, ``,``, ``_`` or ``=`` (``h200-vllm-8b-`` / ``chat-60rps``,
-    ``gpu_memory_utilization=`` / ``0.7385``), so a word that must wrap wraps where it can be
+    ``@``, ``,``, ``_`` or ``=`` (``h200-engine-8b-`` / ``chat-60rps``,
+    ``memory_share_of_gpu=`` / ``0.7385``), so a word that must wrap wraps where it can be
     read; a piece still too long is left to rich, which folds it."""
     if width is None or len(cell) <= width:
         return cell
@@ -221,3 +173,50 @@ def print_json(console: Console, data: Any) -> None:
     9 MB that ``advisor trials --json`` prints for the shipped H200 trials, against 0.2 s.)"""
     console.file.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")
     console.file.flush()
+
+
+_VERDICT = {"better": "[green]better[/green]", "worse": "[red]worse[/red]",
+            "within_noise": "[yellow]within noise[/yellow]"}
+
+
+def paired_table(data: Mapping[str, Any] | None) -> Table | str | None:
+    """A study's stored paired comparison as a table (``compared``), or one line saying why
+    there is none (``refused`` / ``skipped``); ``None`` when the study holds none."""
+    if not data:
+        return None
+    x, y = data.get("x", "best"), data.get("y", "default")
+    if data.get("status") != "compared":
+        return (f"paired comparison of the {x} config with the engine {y}: "
+                f"{data.get('status')} ({escape(str(data.get('reason', '')))})")
+    level = float(data.get("level", 0.95))
+    table = Table(title=f"{x} vs engine {y}: re-measured interleaved in this run "
+                        f"({len(data.get('x_trials', []))}+{len(data.get('y_trials', []))} "
+                        f"repeats; {level:.0%} bootstrap interval of the difference)")
+    for c in ("metric", f"{x} (mean)", f"{y} (mean)", "difference", "interval",
+              f"{x} is"):
+        table.add_column(c)
+    for m in data.get("metrics", []):
+        rel = m.get("relative_difference")
+        lo, hi = m["interval"]
+        table.add_row(m["metric"], fmt_value(m["mean_x"]), fmt_value(m["mean_y"]),
+                      f"{m['difference']:+.4g}" + (f" ({rel:+.1%})" if rel is not None else ""),
+                      f"[{lo:+.4g}, {hi:+.4g}]", _VERDICT.get(m["verdict"], m["verdict"]))
+    return table
+
+
+def baseline_text(baseline: DefaultComparison | None) -> str | None:
+    """One line: how the answer compares with the engine default, and why."""
+    if baseline is None:
+        return None
+    where = {"paired": "paired re-measurement", "default_repeats": "repeated default trials",
+             "margin": "no noise measured", "is_default": "the best is the default",
+             "default_misses_slo": "default misses the SLO",
+             "no_default": "default not measured here"}.get(baseline.basis, baseline.basis)
+    if baseline.answer != "keep_defaults":
+        return f"Against the engine default ({where}): {escape(baseline.reason)}"
+    text = f"Why ({where}): {escape(baseline.reason)}"
+    if baseline.basis != "is_default" and baseline.candidate_config:
+        config = " ".join(f"{k}={fmt_value(v)}" for k, v in baseline.candidate_config.items())
+        text += f". Best other config, not recommended: {escape(config)}"
+    return text
+

@@ -1,0 +1,148 @@
+"""`advisor serve`, `advisor dashboard` and `advisor worker`: the long-running processes on a
+store (the REST API, optuna-dashboard, the job worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import signal
+import time
+from typing import Annotated, Any
+
+import typer
+
+from advisor.cli.context import choice, cli_settings, cli_store, err
+from advisor.errors import AdvisorError
+from knowledge.cache import KnowledgeModels
+
+__all__ = ["dashboard_cmd", "serve_cmd", "worker_cmd"]
+
+log = logging.getLogger(__name__)
+
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    worker: Annotated[bool, typer.Option(
+        help="Start the job worker as a supervised child process (runs studies started with "
+             "POST /v1/studies). --no-worker when `advisor worker` runs elsewhere.")] = True,
+    dev_loopback: Annotated[bool, typer.Option(
+        "--dev-loopback", help="Development only: with no API key configured, accept mutating "
+                               "requests from this machine (refused unless --host is loopback).")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.", **choice(_LOG_LEVELS))
+                         ] = "info",
+) -> None:
+    """Serve the REST API (recommendations, cheat-sheet, studies, jobs) on the configured store.
+
+    Mutating endpoints need an API key (ADVISOR_API_KEY or ADVISOR_API_KEY_FILE); without one
+    they are refused. See docs/api.md.
+    """
+    import uvicorn
+
+    from advisor.worker import WorkerSupervisor
+    from api import create_app
+
+    settings = cli_settings()
+    if dev_loopback:
+        settings = settings.model_copy(update={"api_dev_loopback": True})
+    if settings.api_dev_loopback and host not in _LOOPBACK:
+        raise AdvisorError(f"--dev-loopback (ADVISOR_API_DEV_LOOPBACK) is only allowed when bound "
+                           f"to 127.0.0.1 or ::1, not {host!r}; configure ADVISOR_API_KEY instead")
+    # The app opens the store as every command does (advisor/stores.py): tables created and the
+    # shipped knowledge imported before the first request.
+    api = create_app(settings, import_shipped=True)
+    keys = settings.api_keys()
+    mode = (f"{len(keys)} API key(s) configured" if keys else
+            "no API key: mutating endpoints accept loopback clients only (--dev-loopback)"
+            if settings.api_dev_loopback else
+            "no API key configured: mutating endpoints are refused (set ADVISOR_API_KEY)")
+    err.print(f"advisor serve on http://{host}:{port} ({mode}); API docs at /docs")
+    started = time.perf_counter()
+
+    def ready(models: KnowledgeModels) -> None:
+        err.print(f"knowledge models ready: {len(models.contexts)} contexts from "
+                  f"{models.data.trials} trials ({time.perf_counter() - started:.1f} s)")
+        # The models are a large, long-lived heap: keep them out of the garbage collector's
+        # scans so its pauses do not land on request latencies.
+        gc.collect()
+        gc.freeze()
+
+    # Fit (or load) in the background: /healthz answers at once, /readyz and the answers that
+    # need the models say 503 (Retry-After) until they are ready.
+    api.state.knowledge.warm_up(ready)
+    supervisor = WorkerSupervisor(settings) if worker else None
+    if supervisor is not None:
+        supervisor.start()
+    try:
+        uvicorn.run(api, host=host, port=port, log_level=log_level,
+                    access_log=False)
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+
+
+def dashboard_cmd(
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+) -> None:
+    """Open optuna-dashboard on the store: each study's SLO and the best trial that met it.
+
+    Every study shows its SLO, objective and workload; every trial its SLO margins. Imported
+    studies (shipped knowledge, `knowledge import`) get an Optuna study first, built from their
+    stored trials, so they show too. Needs the `dashboard` extra.
+    """
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    import optuna
+
+    from advisor.dashboard import backfill_optuna_studies, dashboard_app
+    from advisor.driver import optuna_storage
+
+    settings = cli_settings()
+    store = cli_store(settings)
+    storage = optuna_storage(store.url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    created = backfill_optuna_studies(store, storage)
+    if created:
+        err.print(f"built the Optuna studies of {created} imported studies (once per store)")
+    wsgi_app = dashboard_app(storage)
+
+    class _Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # one line per request: noise
+            log.debug(format, *args)
+
+    with make_server(host, port, wsgi_app, handler_class=_Quiet) as server:
+        err.print(f"optuna-dashboard on http://{host}:{port}/dashboard (Ctrl-C stops it)")
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+
+
+def worker_cmd(
+    once: Annotated[bool, typer.Option(
+        "--once", help="Run the queued jobs, then exit instead of polling.")] = False,
+) -> None:
+    """Run studies queued over the REST API (POST /v1/studies), one at a time.
+
+    `advisor serve` starts one for you; run it yourself with `advisor serve --no-worker`, e.g. on
+    the machine whose hardware the studies should measure. SIGTERM cancels the running job's
+    trial, records it, and exits.
+    """
+
+    from advisor.worker import Worker
+
+    settings = cli_settings()
+    w = Worker(settings, cli_store(settings))
+    signal.signal(signal.SIGTERM, lambda *_: w.stop())
+    signal.signal(signal.SIGINT, lambda *_: w.stop())
+    w.run_forever(stop_when_idle=once)
+

@@ -1,0 +1,328 @@
+"""`advisor tune`: one tuning study on this machine, planned like every front door's
+(advisor/study_request.py), with a live progress bar and a summary against the engine default.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from advisor.cli.context import (
+    MODEL_CONFIG_HELP,
+    MODELS_METAVAR,
+    TARGETS_METAVAR,
+    choice,
+    cli_settings,
+    cli_store,
+    err,
+    model_option,
+    one_line,
+    out,
+    parse_enqueued,
+    positive,
+    probability,
+    sigterm_interrupts,
+    workload_overrides,
+)
+from advisor.cli.render import compact_config, fmt_value, paired_table, print_json
+from advisor.driver import StudyDriver, StudyResult
+from advisor.errors import AdvisorError
+from advisor.inputs import MAX_TRIALS
+from advisor.model_config import check_takes_model
+from advisor.objective import Objective
+from advisor.pairing import PROVENANCE_KEY
+from advisor.presets import check_model
+from advisor.study_request import (
+    DEFAULT_SAMPLER,
+    MAX_STARTUP,
+    SAMPLER_NAMES,
+    STARTUP_TRIALS,
+    Door,
+    StudyRequest,
+    plan_study,
+)
+from advisor.warm_start import BEST_KNOWN, warm_start_hook
+from knowledge import StudyRecord, TrialRecord, TrialStatus
+from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
+from objectives import parse_slo
+from objectives.registry import DEFAULT_TARGET, get_target
+
+__all__ = ["CLI_DOOR", "tune_cmd"]
+
+#: How the command line spells a study request's fields in the errors :func:`plan_study` raises.
+CLI_DOOR = Door(resume="--resume", name="--name", continue_hint="pass --resume to continue it",
+                enqueue="--enqueue", startup_trials="--startup-trials", also_rate="--also-rate")
+
+
+def tune_cmd(
+    target: Annotated[str, typer.Option(help="Target engine to tune (see `advisor targets`).",
+                                        metavar=TARGETS_METAVAR)] = DEFAULT_TARGET,
+    slo: Annotated[str | None, typer.Option(
+        help='SLO to meet, e.g. "p95_latency_ms<=1,recall_at_10>=0.95". Default: the target\'s.'
+    )] = None,
+    objective: Annotated[str | None, typer.Option(
+        help='What to optimise subject to the SLO, e.g. "maximize:qps" or '
+             '"minimize:p99_latency_ms". Default: the target\'s.')] = None,
+    trials: Annotated[int, typer.Option(min=1, max=MAX_TRIALS,
+                                        help="Trials to finish (failed ones count).")] = 30,
+    name: Annotated[str | None, typer.Option(callback=one_line,
+        help="Study name (default: derived from target, workload, SLO and objective, so rerunning "
+             "the same command with --resume continues it).")] = None,
+    resume: Annotated[bool, typer.Option(
+        help="Continue the study if it exists (recovering trials a killed run left behind) and "
+             "run until --trials have finished; start it if it does not exist yet.")] = False,
+    workload: Annotated[str | None, typer.Option(
+        help="Workload preset name or a YAML/JSON workload file (default: the target's).")] = None,
+    model: Annotated[str | None, typer.Option(callback=one_line,
+        help="LLM targets: a model shape (random weights) or a local model directory. Sets the "
+             "workload's `model`.", metavar=MODELS_METAVAR)] = None,
+    model_config: Annotated[str | None, typer.Option("--model-config", callback=one_line,
+        help=MODEL_CONFIG_HELP, metavar="PATH|KEY=VALUE,...")] = None,
+    workload_param: Annotated[list[str] | None, typer.Option(
+        "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable); "
+                                 "the VALUE is read as YAML.")] = None,
+    sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLER_NAMES))
+                       ] = DEFAULT_SAMPLER,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
+                    ] = None,
+    startup_trials: Annotated[int | None, typer.Option(
+        min=1, max=MAX_STARTUP,
+        help=f"Trials the tpe and gp samplers draw at random before they model, the engine "
+             f"default and warm-start configs included (default {STARTUP_TRIALS}; Optuna's own "
+             "is 10). Kept by the study for --resume.")] = None,
+    trial_timeout: Annotated[float | None, typer.Option(
+        "--trial-timeout", callback=positive,
+        help="Kill and fail a trial after this many seconds; each trial has its own limit "
+             "(default $ADVISOR_TRIAL_TIMEOUT_S or 300).")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", callback=positive, hidden=True,
+        help="Deprecated alias of --trial-timeout (a per-trial limit, not the study's).")
+    ] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(min=1,
+        help="Resident-memory limit of each trial's processes (engine servers included), "
+             "in MiB: over it the trial is killed and fails as oom.")] = None,
+    include_default: Annotated[bool, typer.Option(
+        help="Measure the engine's default config as the first trial, for comparison.")] = True,
+    also_rate: Annotated[list[float] | None, typer.Option(
+        "--also-rate", help="LLM serving targets: also measure every trial's config at this "
+        "arrival rate in req/s (repeatable), on the same engine start, as a trial of the study "
+        "<name>@<rate>rps. Same arrival window (requests scale with the rate), other prompts. "
+        "--trial-timeout covers the whole trial.")] = None,
+    enqueue: Annotated[list[str] | None, typer.Option(
+        "--enqueue", help="Measure this config first, after the engine default (repeatable): a "
+        "YAML/JSON mapping of knobs, e.g. '{knob_a: 256, knob_b: false}', "
+        "or @FILE holding a mapping or a list of them. Knobs left out keep the engine default, so "
+        "one knob per --enqueue ablates the default one knob at a time.")] = None,
+    warm_start: Annotated[bool, typer.Option(
+        help="Warm start a new study: after the engine default and --enqueue configs, measure "
+             "the recommender's config for its SLO, workload and hardware, the "
+             f"{BEST_KNOWN} best stored configs meeting the SLO there, and the target's "
+             "textbook starting points. They count towards "
+             "--trials and the sampler's random start-up; --resume never adds them.")] = True,
+    search_sweep: Annotated[bool, typer.Option(
+        help="Where the target can, each trial builds once and sweeps its search-time "
+             "knobs, timing the cheapest setting per quality level; "
+             "every setting is stored as a trial of its own, outside the --trials budget, "
+             "which then counts the sampled configs. Off (the default): every knob is "
+             "sampled, one setting per trial. Fixed by the study when it is created.")] = False,
+    paired_repeats: Annotated[int | None, typer.Option(
+        min=0, max=50, help="After the search, measure the best config and the engine default "
+        "this many times each, interleaved, and report their paired comparison (0: off; else "
+        "at least 3). Default $ADVISOR_PAIRED_REPEATS or 3.")] = None,
+    failure_gate: Annotated[bool | None, typer.Option(
+        "--failure-gate/--no-failure-gate",
+        help="Skip a sampled config that the failure model, learnt from every stored trial of "
+             "the target, predicts to fail (refused or crashed start, OOM, hang): it is stored "
+             "as failed (predicted_failure) with the reason, and no engine starts. The engine "
+             "default and --enqueue / warm-start configs always run. On by default; recorded "
+             "with the study (--resume keeps it unless given).")] = None,
+    failure_threshold: Annotated[float | None, typer.Option(
+        callback=lambda v: probability(v),
+        help=f"Failure probability at or above which the gate skips a config (default "
+             f"{DEFAULT_THRESHOLD:g}, chosen for held-out precision; `advisor knowledge eval "
+             "--failures`).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run a tuning study: search the target's knobs against an SLO on this machine.
+
+    Every trial runs in its own process (a crash, hang or rejected config fails only that
+    trial) and is stored, failed ones included. SIGTERM stops the study as Ctrl-C does: the
+    running trial is stopped and recorded as interrupted, and `--resume` re-queues its config.
+    """
+    if timeout is not None:
+        if trial_timeout is not None:
+            raise AdvisorError("give --trial-timeout only (--timeout is its deprecated alias)")
+        err.print("[yellow]--timeout is deprecated[/yellow]: it limits each trial, so it is now "
+                  "--trial-timeout", soft_wrap=True)
+        trial_timeout = timeout
+    if model_config is not None:  # before the shape is read and named: some targets take no model
+        check_takes_model(get_target(target), "--model-config")
+    model = model_option(model, model_config)
+    if model is not None:
+        check_model(model)
+    sigterm_interrupts()
+    settings = cli_settings()
+    updates: dict[str, Any] = {}
+    if trial_timeout is not None:
+        updates["trial_timeout_s"] = trial_timeout
+    if memory_limit_mb is not None:
+        updates["trial_memory_limit_mb"] = memory_limit_mb
+    settings = settings.model_copy(update=updates)
+    params = [*(workload_param or []), *([f"model={model}"] if model else [])]
+    store = cli_store(settings)
+    plan = plan_study(StudyRequest(
+        target=target, slo=slo, objective=objective, workload=workload,
+        workload_params=workload_overrides(params), trials=trials, sampler=sampler, seed=seed,
+        startup_trials=startup_trials, include_default=include_default,
+        enqueued=parse_enqueued(enqueue or []), paired_repeats=paired_repeats,
+        search_sweep=search_sweep, failure_gate=failure_gate,
+        failure_threshold=failure_threshold, also_rates=tuple(also_rate or ()),
+        warm_start=warm_start, name=name, resume=resume, door=CLI_DOOR), store)
+    spec = plan.spec
+    reporter = _ProgressReporter(spec.objective, spec.slo.metrics)
+    driver = StudyDriver(store, settings, reporter)
+    try:
+        if plan.resume:
+            result = driver.resume(spec.name, trials, paired_repeats=paired_repeats,
+                                   failure_gate=failure_gate,
+                                   failure_threshold=failure_threshold)
+        else:
+            if resume:
+                err.print(f"no study named {spec.name!r} yet: starting it")
+            result = driver.run(spec, on_created=warm_start_hook(driver, spec)
+                                if plan.warm_start else None)
+    except KeyboardInterrupt:
+        reporter.progress.stop()
+        err.print(f"[yellow]interrupted[/yellow]; continue with: advisor tune --target {target} "
+                  f"--name {spec.name} --resume")
+        raise typer.Exit(130) from None
+    _print_result(result, as_json)
+
+
+class _ProgressReporter:
+    """Draws the live progress bar and one line per finished trial."""
+
+    def __init__(self, objective: Objective, slo_metrics: list[str]) -> None:
+        self.objective, self.slo_metrics = objective, slo_metrics
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=err,
+        )
+        self.task: Any = None
+
+    def preparing(self, message: str) -> None:
+        err.print(f"[dim]{message}[/dim]")
+
+    def started(self, study: StudyRecord, done: int, total: int) -> None:
+        err.print(f"study [bold]{study.name}[/bold]: {study.target}, SLO {study.slo}, "
+                  f"{self.objective}; {done}/{total} trials already done")
+        self.progress.start()
+        self.task = self.progress.add_task("trials", total=total, completed=done,
+                                           best="best feasible: -")
+
+    def trial_finished(self, trial: TrialRecord, done: int, best: TrialRecord | None) -> None:
+        if trial.status == TrialStatus.COMPLETE:
+            shown = [self.objective.metric, *self.slo_metrics]
+            figures = ", ".join(f"{m}={fmt_value(trial.metrics.get(m))}"
+                                for m in dict.fromkeys(shown))
+            mark = "[green]meets SLO[/green]" if trial.feasible else "[yellow]misses SLO[/yellow]"
+            line = f"#{trial.number:<3} {mark}  {figures}"
+        else:
+            line = f"#{trial.number:<3} [red]{trial.status}[/red] ({trial.error_type}): " \
+                   f"{(trial.error or '').splitlines()[0][:100] if trial.error else ''}"
+        if (sweep := trial.details.get("search_sweep")) and sweep.get("measured", 1) > 1:
+            # The other settings this trial's sweep measured are trials of their own.
+            line += f" [dim](+{sweep['measured'] - 1} swept)[/dim]"
+        self.progress.console.print(f"{line}  [dim]{compact_config(trial.config)}[/dim]")
+        best_text = (f"best feasible {self.objective.metric}: {fmt_value(best.objective_value)}"
+                     if best else "best feasible: -")
+        # The paired re-measurement after the search grows the budget: so does the bar.
+        total = max(done, int(self.progress.tasks[0].total or 0)) if self.progress.tasks else done
+        self.progress.update(self.task, completed=done, total=total, best=best_text)
+
+    def finished(self, result: StudyResult) -> None:
+        self.progress.stop()
+
+
+def _print_result(result: StudyResult, as_json: bool) -> None:
+    study = result.study
+    summary = {
+        "study": study.name, "target": study.target, "slo": study.slo,
+        "objective": f"{study.objective_direction}:{study.objective_metric}",
+        "trials": len(result.trials),
+        "sampled": sum(t.swept_from is None for t in result.trials),
+        "swept": sum(t.swept_from is not None for t in result.trials),
+        "complete": result.count(TrialStatus.COMPLETE), "failed": result.count(TrialStatus.FAILED),
+        "interrupted": result.count(TrialStatus.INTERRUPTED), "meeting_slo": result.n_feasible,
+        "best": _trial_json(result.best), "engine_default": _trial_json(result.default_trial),
+        "hardware_key": study.hardware_key, "db_url_hint": "see --db-url / ADVISOR_DB_URL",
+        "invalid": result.count(TrialStatus.INVALID),
+        "paired_comparison": study.data_provenance.get(PROVENANCE_KEY),
+        "failure_gate": study.data_provenance.get("failure_gate"),
+        "predicted_failures": [t.number for t in result.trials
+                               if t.error_type == PREDICTED_FAILURE],
+    }
+    if result.co_measured:
+        summary["co_measured"] = [_co_summary(co) for co in result.co_measured]
+    if as_json:
+        print_json(out, summary)
+        return
+    for co in result.co_measured:
+        line = _co_summary(co)
+        best = line["best"]
+        metric = study.objective_metric
+        tail = (f"; best {metric} {fmt_value(best['metrics'].get(metric))} "
+                f"(trial #{best['number']})" if best else "")
+        out.print(f"measured alongside: [bold]{line['study']}[/bold]: {line['complete']} "
+                  f"measured, {line['meeting_slo']} met the SLO{tail}")
+    swept = (f" ({summary['sampled']} sampled configs, {summary['swept']} more settings swept "
+             "within them)" if summary["swept"] else "")
+    out.print(f"\n[bold]{study.name}[/bold]: {summary['complete']} measured{swept}, "
+              f"{summary['failed']} failed, {summary['interrupted']} interrupted; "
+              f"{summary['meeting_slo']} met the SLO {study.slo}")
+    skipped = [t.number for t in result.trials if t.error_type == PREDICTED_FAILURE]
+    if skipped:
+        out.print(f"{len(skipped)} of the failed were predicted to fail and never started "
+                  f"(trials {', '.join(f'#{n}' for n in skipped)}; `advisor trials --study "
+                  f"{study.name} --status failed` shows why)")
+    if result.best is None:
+        out.print("[yellow]No measured config met the SLO.[/yellow] Loosen the SLO, widen the "
+                  "search (--trials), or check the failed trials with `advisor trials "
+                  f"--study {study.name} --status failed`.")
+        return
+    slo_metrics = parse_slo(study.slo).metrics
+    metrics = [m for m in dict.fromkeys([study.objective_metric, *slo_metrics, "p99_latency_ms"])
+               if m in result.best.metrics]
+    table = Table(title="best feasible trial vs the engine's default (measured)")
+    table.add_column("metric")
+    table.add_column(f"best (#{result.best.number})")
+    if result.default_trial is not None:
+        table.add_column(f"engine default (#{result.default_trial.number})")
+    for m in metrics:
+        row = [m, fmt_value(result.best.metrics.get(m))]
+        if result.default_trial is not None:
+            row.append(fmt_value(result.default_trial.metrics.get(m)))
+        table.add_row(*row)
+    out.print(table)
+    if (paired := paired_table(study.data_provenance.get(PROVENANCE_KEY))) is not None:
+        out.print(paired)
+    out.print(f"best config: [bold]{compact_config(result.best.config)}[/bold]")
+
+
+def _co_summary(result: StudyResult) -> dict[str, Any]:
+    return {"study": result.study.name, "workload": result.study.workload_spec,
+            "complete": result.count(TrialStatus.COMPLETE),
+            "failed": result.count(TrialStatus.FAILED),
+            "invalid": result.count(TrialStatus.INVALID), "meeting_slo": result.n_feasible,
+            "best": _trial_json(result.best)}
+
+
+def _trial_json(t: TrialRecord | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"trial_id": t.id, "number": t.number, "config": t.config, "metrics": t.metrics,
+            "feasible": t.feasible, "status": t.status}
+

@@ -1,0 +1,242 @@
+"""One study request, planned once for every front door.
+
+``advisor tune``, ``POST /v1/studies`` and sweep files each translate their input into a
+:class:`StudyRequest`; :func:`plan_study` checks it against the target registry and the store and
+returns the :class:`StudyPlan` to run: the resolved SLO, objective, workload and preset, the
+sampler (one list, :data:`SAMPLER_NAMES`), the study's name (given, or derived so that the same
+request names the same study), and, for a resume, that the stored study was asked for with the
+same settings. A rule changed here changes for every door at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.driver import CoMeasured, StudySpec, complete_enqueued
+from advisor.errors import SearchSpaceError, StudyError
+from advisor.inputs import check_study_name, requested_slo
+from advisor.objective import Objective
+from advisor.presets import resolve_workload
+from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS
+from knowledge import StudyRecord, TrialStore
+from objectives import SLO
+from objectives.llm.workload import KIND as LLM_KIND
+from objectives.llm.workload import at_rate
+from objectives.registry import get_target
+from objectives.target import Target
+from objectives.workload import Workload
+from search_spaces import SearchSpace
+
+__all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLER_NAMES", "STARTUP_TRIALS", "Door", "StudyPlan",
+           "StudyRequest", "check_sampler", "default_study_name", "plan_study", "resolve_objective",
+           "resolve_slo"]
+
+#: The search algorithms a request may name, as advisor/samplers.py builds them.
+SAMPLER_NAMES: tuple[str, ...] = tuple(SAMPLERS)
+#: Store key of the studies measured alongside a study (``--also-rate``), as the driver keeps it.
+_CO_STUDIES = "co_measured_studies"
+
+
+@dataclass(frozen=True)
+class Door:
+    """How a front door spells a request's fields in the errors it shows its user, so one rule
+    reads as that door's own (``--resume`` on the command line, ``resume`` in a JSON body)."""
+
+    resume: str = "resume"
+    name: str = "name"
+    continue_hint: str = "resume it to continue it"
+    enqueue: str = "enqueue"
+    startup_trials: str = "startup_trials"
+    also_rate: str = "also_rate"
+
+
+@dataclass(frozen=True)
+class StudyRequest:
+    """A tuning study as a front door asks for it, before any check. ``None`` means the
+    target's default (SLO, objective, workload) or a derived value (name)."""
+
+    target: str
+    slo: str | None = None
+    objective: str | None = None
+    #: A preset name, a workload file (not ``from_client``), or a workload already resolved.
+    workload: str | Workload | None = None
+    workload_params: Mapping[str, Any] = field(default_factory=dict)
+    #: The request came over the network: presets only, overrides checked against the preset.
+    from_client: bool = False
+    trials: int = 30
+    sampler: str = DEFAULT_SAMPLER
+    seed: int | None = None
+    startup_trials: int | None = None
+    include_default: bool = True
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    enqueued: tuple[Mapping[str, Any], ...] = ()
+    paired_repeats: int | None = None
+    search_sweep: bool = False
+    #: None: on for a new study; a resumed study keeps what it recorded.
+    failure_gate: bool | None = None
+    failure_threshold: float | None = None
+    #: Arrival rates also measured on every trial's engine start, as studies of their own.
+    also_rates: tuple[float, ...] = ()
+    warm_start: bool = True
+    name: str | None = None
+    #: A name a user chose (checked as a new study's name); False for names the advisor derives.
+    user_named: bool = True
+    resume: bool = False
+    door: Door = Door()
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What to run: a new study (``spec``), or the stored study ``spec.name`` continued
+    (``resume``; the driver then reads its settings from the store)."""
+
+    spec: StudySpec
+    resume: bool
+    warm_start: bool
+    #: The stored study a resume continues.
+    stored: StudyRecord | None = None
+
+
+def check_sampler(name: str) -> str:
+    """``name`` when it names a sampler, else :class:`StudyError` naming them."""
+    if name not in SAMPLER_NAMES:
+        raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLER_NAMES)}")
+    return name
+
+
+def resolve_slo(target: Target, text: str | None) -> SLO:
+    """The SLO asked for (the target's default when ``None``), on metrics ``target`` reports."""
+    slo = requested_slo(target.default_slo if text is None else text)
+    slo.check_metrics(target.name, target.reported_metrics())
+    return slo
+
+
+def resolve_objective(target: Target, text: str | None) -> Objective:
+    """The objective asked for (the target's default when ``None``); ``target`` must report its
+    metric, else :class:`StudyError`."""
+    objective = Objective.parse(target.default_objective if text is None else text)
+    reported = target.reported_metrics()
+    if objective.metric not in reported:
+        raise StudyError(f"target {target.name!r} does not report the objective metric "
+                         f"{objective.metric!r}; its metrics: {', '.join(sorted(reported))}")
+    return objective
+
+
+def default_study_name(target: str, wl: Workload, slo: str, objective: str) -> str:
+    """The name a study gets when none is given: the same target, workload, SLO and objective
+    name the same study, so asking again with ``resume`` continues it."""
+    digest = hashlib.sha256(f"{wl.spec_hash}|{slo}|{objective}".encode()).hexdigest()[:6]
+    return f"{target}-{wl.name}-{digest}"
+
+
+def plan_study(request: StudyRequest, store: TrialStore | None = None) -> StudyPlan:
+    """Check ``request`` and plan it; raises an :class:`~advisor.errors.AdvisorError` subclass
+    naming what is wrong. Without ``store`` only the request itself is checked (a sweep file
+    when it is loaded); with it, also the name against the stored studies and a resume against
+    the study it continues."""
+    target = get_target(request.target)
+    slo = resolve_slo(target, request.slo or None)
+    objective = resolve_objective(target, request.objective or None)
+    wl = _workload(target, request)
+    fixed = _check_fixed(target.space(), request.fixed)
+    sampler = check_sampler(request.sampler)
+    name = request.name or default_study_name(request.target, wl, str(slo), str(objective))
+    co_measured = _co_measured(request, name, wl)
+    stored = store.get_study(name) if store is not None else None
+    if request.name and request.user_named and (store is None or stored is None):
+        check_study_name(request.name)  # a new study's name: a plain word
+    if stored is not None and request.resume:
+        _check_resume(request, stored, slo, objective, wl, co_measured)
+    elif stored is not None:
+        n = len(store.trials_of_study(stored.id or 0)) if store is not None else 0
+        raise StudyError(f"a study named {name!r} already exists ({n} trials); "
+                         f"{request.door.continue_hint}, or choose another {request.door.name}")
+    enqueued = complete_enqueued(target.space(), fixed, request.enqueued)
+    spec = StudySpec(
+        name=name, target=request.target, slo=slo, objective=objective, workload=wl,
+        n_trials=request.trials, sampler=sampler, seed=request.seed,
+        startup_trials=request.startup_trials, include_default=request.include_default,
+        co_measured=co_measured, fixed=fixed, enqueued=tuple(enqueued),
+        paired_repeats=request.paired_repeats, search_sweep=request.search_sweep,
+        failure_gate=True if request.failure_gate is None else request.failure_gate,
+        failure_threshold=request.failure_threshold)
+    return StudyPlan(spec, resume=stored is not None, warm_start=request.warm_start,
+                     stored=stored)
+
+
+def _workload(target: Target, request: StudyRequest) -> Workload:
+    if isinstance(request.workload, Workload):
+        return request.workload
+    return resolve_workload(target, request.workload, request.workload_params,
+                            from_client=request.from_client)
+
+
+def _check_fixed(space: SearchSpace, fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Fixed knob values, each checked against its knob's type and static range."""
+    problems: list[str] = []
+    clean: dict[str, Any] = {}
+    for name, value in fixed.items():
+        if name not in space:
+            problems.append(f"unknown knob {name!r}")
+            continue
+        knob = space.knob(name)
+        if knob.type == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        why = knob.check_value(value, {})
+        if why:
+            problems.append(f"{name}: {why}")
+        clean[name] = value
+    if problems:
+        raise SearchSpaceError(f"invalid fixed knobs for target {space.target!r}: "
+                               + "; ".join(problems) + ". Its knobs: "
+                               + ", ".join(k.name for k in space))
+    return clean
+
+
+def _co_measured(request: StudyRequest, name: str, wl: Workload) -> tuple[CoMeasured, ...]:
+    """The studies ``also_rates`` asks for: ``wl`` at each rate, named ``<study>@<rate>rps``."""
+    rates = list(request.also_rates)
+    if not rates:
+        return ()
+    flag = request.door.also_rate
+    if wl.kind != LLM_KIND:
+        raise StudyError(f"{flag} needs an {LLM_KIND!r} workload (an LLM serving "
+                         f"target), but workload {wl.name!r} is of kind {wl.kind!r}")
+    if len(set(rates)) != len(rates):
+        raise StudyError(f"{flag} values must differ, got {rates}")
+    return tuple(CoMeasured(f"{name}@{rate:g}rps", at_rate(wl, rate, seed_offset=i + 1))
+                 for i, rate in enumerate(rates))
+
+
+def _check_resume(request: StudyRequest, stored: StudyRecord, slo: SLO, objective: Objective,
+                  wl: Workload, co_measured: tuple[CoMeasured, ...]) -> None:
+    """A resume continues the stored study as it was asked for: settings the request gives
+    explicitly must match it, and options that only apply when a study starts are refused."""
+    door = request.door
+    if request.slo or request.objective or request.workload or request.workload_params:
+        diffs = []
+        if stored.target != request.target:
+            diffs.append(f"target {stored.target!r} != {request.target!r}")
+        if stored.slo != str(slo):
+            diffs.append(f"SLO {stored.slo!r} != {str(slo)!r}")
+        if (stored.objective_metric, stored.objective_direction) != (objective.metric,
+                                                                      objective.direction):
+            diffs.append(f"objective {stored.objective_direction}:{stored.objective_metric} "
+                         f"!= {objective}")
+        if stored.workload_hash != wl.spec_hash:
+            diffs.append("the workload differs")
+        if diffs:
+            raise StudyError(f"{door.resume} of study {stored.name!r} with different settings: "
+                             f"{'; '.join(diffs)}. Resume with the original options, or start "
+                             f"a new study with another {door.name}")
+    stored_co = stored.data_provenance.get(_CO_STUDIES, [])
+    if co_measured and [c.name for c in co_measured] != stored_co:
+        raise StudyError(f"{door.resume} of study {stored.name!r} with other {door.also_rate} "
+                         f"values: it is measured with {stored_co or 'no other study'}")
+    if request.enqueued or request.startup_trials is not None:
+        flag = door.enqueue if request.enqueued else door.startup_trials
+        raise StudyError(f"{flag} applies when a study starts; study {stored.name!r} exists "
+                         f"(start a new one with another {door.name})")
