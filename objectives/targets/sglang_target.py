@@ -110,14 +110,13 @@ SGLANG_METRICS = MetricVocabulary(
 _ARGPARSE_ERROR = re.compile(r"^\S[^\n]*: error: (?P<msg>.+)$", re.MULTILINE)
 #: Facts SGLang logs at start-up (0.5.23: model_executor/model_runner.py "Load weight end. ...
 #: mem usage=X GB." in GiB; managers/scheduler.py "max_total_num_tokens=N, chunked_prefill_size=C,
-#: max_prefill_tokens=P, max_running_requests=R, context_len=L, ...").
-_LOG_FACTS: dict[str, tuple[re.Pattern[str], type]] = {
-    "weights_gib": (re.compile(r"Load weight end\..*?mem usage=(?P<v>[\d.]+) GB"), float),
-    "kv_cache_tokens": (re.compile(r"\bmax_total_num_tokens=(?P<v>\d+)"), int),
-    "chunked_prefill_size_resolved": (re.compile(r"\bchunked_prefill_size=(?P<v>-?\d+)"), int),
-    "max_prefill_tokens_resolved": (re.compile(r"\bmax_prefill_tokens=(?P<v>\d+)"), int),
-    "max_running_requests_resolved": (re.compile(r"\bmax_running_requests=(?P<v>\d+)"), int),
-}
+#: max_prefill_tokens=P, max_running_requests=R, context_len=L, ...", once the pool is sized).
+_WEIGHTS_LINE = re.compile(r"Load weight end\..*?mem usage=(?P<weights_gib>[\d.]+) GB")
+_POOL_LINE = re.compile(
+    r"max_total_num_tokens=(?P<kv_cache_tokens>\d+), "
+    r"chunked_prefill_size=(?P<chunked_prefill_size_resolved>-?\d+), "
+    r"max_prefill_tokens=(?P<max_prefill_tokens_resolved>\d+), "
+    r"max_running_requests=(?P<max_running_requests_resolved>\d+)")
 
 
 def server_command(env: Mapping[str, str] | None = None) -> list[str]:
@@ -176,8 +175,10 @@ def build_argv(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
     return argv
 
 
-def check_feasible(config: Mapping[str, Any]) -> None:
-    """Reject, before paying for a start, what SGLang would refuse or silently override."""
+def check_feasible(config: Mapping[str, Any], max_model_len: int) -> None:
+    """Reject, before paying for a start, what SGLang would refuse or silently override.
+    ``config`` is a validated config; the workload's context ``max_model_len`` is passed as
+    ``--context-length``."""
     size, page = config.get("chunked_prefill_size"), config.get("page_size")
     if size is not None and page is not None and size > 0 and size % page:
         raise ConfigRejectedError(
@@ -189,6 +190,12 @@ def check_feasible(config: Mapping[str, Any]) -> None:
             f"schedule_policy {config['schedule_policy']} reads the radix cache: with "
             "disable_radix_cache SGLang runs fcfs instead (managers/schedule_policy.py), so the "
             "trial would not run the recorded config")
+    pool = config.get("max_total_tokens")
+    if pool is not None and pool < max_model_len:
+        raise ConfigRejectedError(
+            f"max_total_tokens ({pool}) must hold the workload's context ({max_model_len} "
+            "tokens): SGLang caps each request at the KV pool (managers/tp_worker.py), so its "
+            "longest requests would be refused")
 
 
 def check_parallel(config: Mapping[str, Any], *, gpus: int | None,
@@ -218,9 +225,10 @@ def _model_dir_config(model_dir: Path) -> dict[str, Any] | None:
 def engine_facts(log: str) -> dict[str, Any]:
     """What SGLang logged about itself at start-up: weights' memory and the sizes it resolved."""
     facts: dict[str, Any] = {}
-    for key, (pattern, kind) in _LOG_FACTS.items():
-        if match := pattern.search(log):
-            facts[key] = kind(match.group("v"))
+    if match := _WEIGHTS_LINE.search(log):
+        facts["weights_gib"] = float(match["weights_gib"])
+    if match := _POOL_LINE.search(log):
+        facts.update({key: int(value) for key, value in match.groupdict().items()})
     return facts
 
 
@@ -302,7 +310,7 @@ class SglangTarget(ServingTarget):
         return [*argv, "--enable-metrics"], {}
 
     def reject_infeasible(self, config: Mapping[str, Any], max_model_len: int) -> None:
-        check_feasible(config)
+        check_feasible(config, max_model_len)
 
     def measure(self, running: RunningServer, served: ServingWorkload
                 ) -> tuple[dict[str, float], dict[str, Any]]:

@@ -263,17 +263,19 @@ def test_a_config_outside_the_space_is_rejected() -> None:
     ({"chunked_prefill_size": 3000, "page_size": 64}, "must be divisible by page_size"),
     ({"disable_radix_cache": True, "schedule_policy": "lpm"}, "runs fcfs instead"),
     ({"disable_radix_cache": True, "schedule_policy": "dfs-weight"}, "runs fcfs instead"),
+    ({"max_total_tokens": 4096}, r"must hold the workload's context \(8192 tokens\)"),
 ])
 def test_what_sglang_refuses_or_overrides_is_rejected_before_a_start(
         config: dict[str, Any], reason: str) -> None:
     with pytest.raises(ConfigRejectedError, match=reason):
-        check_feasible(config)
+        check_feasible(config, 8192)
 
 
 def test_what_sglang_accepts_is_not_rejected() -> None:
-    check_feasible(SPACE.default_config())
+    check_feasible(SPACE.default_config(), 8192)
     check_feasible({"disable_radix_cache": True, "schedule_policy": "lof",
-                    "chunked_prefill_size": 8192, "page_size": 128})
+                    "chunked_prefill_size": 8192, "page_size": 128, "max_total_tokens": 8192},
+                   8192)
 
 
 def test_parallel_layouts_beyond_the_machine_or_the_model_are_rejected() -> None:
