@@ -66,7 +66,7 @@ __all__ = [
 
 COMMAND_ENV = "ADVISOR_SGLANG_COMMAND"
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "sglang.launch_server")
-#: The release whose flags and metric names were read (its wheel's source; never run here).
+#: The release whose flags and metric names were read from its wheel (the server never ran here).
 SOURCE_RELEASE = "0.5.23"
 #: Loading weights, sizing the KV pool, capturing the CUDA graphs and SGLang's warm-up request.
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
