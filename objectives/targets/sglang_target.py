@@ -42,6 +42,7 @@ from objectives.llm.serving_target import (
     ServingTarget,
     shared_space,
 )
+from objectives.metrics import LLM_SERVING, WEIGHTS
 from objectives.target import checked_config
 from objectives.targets.vllm_target import HF_MODELS
 from objectives.workload import Workload
@@ -276,6 +277,11 @@ class SglangTarget(ServingTarget):
     )
     engine_server: ClassVar[EngineServer] = ENGINE_SERVER
     server_metrics: ClassVar[MetricVocabulary | None] = SGLANG_METRICS
+    #: Its start-up log states the weights it loaded, as vLLM's does (:func:`weight_metrics`).
+    metric_families: ClassVar[tuple[str, ...]] = (LLM_SERVING, WEIGHTS)
+    #: A server start with CUDA graphs and a few rates, as long as vLLM's (no SGLang trial
+    #: has been timed on the project's hardware yet).
+    trial_time_estimate_s: ClassVar[float] = 150.0
 
     # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 

@@ -26,6 +26,7 @@ import pytest
 
 from advisor.errors import ConfigRejectedError
 from advisor.isolation import run_isolated
+from advisor.testing import TargetContract
 from objectives.llm.workload import load_preset
 from objectives.registry import get_target
 from objectives.target import Target
@@ -41,7 +42,6 @@ from objectives.targets.sglang_target import (
 from objectives.workload import Workload
 from search_spaces import load_space
 from search_spaces.knobs import Knob
-from tests.objectives.target_contract import TargetContract
 
 HERE = Path(__file__).resolve().parent
 SPACE = load_space("sglang")
