@@ -23,6 +23,7 @@ TARGETS: dict[str, str] = {
     "vllm": "objectives.targets.vllm_target:VllmTarget",
     "tensorrt-llm": "objectives.targets.tensorrt_llm_target:TensorRTLLMTarget",
     "tgi": "objectives.targets.tgi_target:TGITarget",
+    "sglang": "objectives.targets.sglang_target:SglangTarget",
     "ollama": "objectives.targets.ollama_target:OllamaTarget",
     "llamacpp": "objectives.targets.llamacpp_target:LlamaCppTarget",
     "openai": "objectives.targets.openai_target:OpenAITarget",
