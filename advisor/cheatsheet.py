@@ -31,8 +31,9 @@ from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.rules import Rule, fit_rules, pareto_front
 from knowledge.surrogates import ContextModels, WorkloadPoint
+from objectives.kinds import workload_kinds
 from objectives.metrics import metric_spec
-from objectives.vocabulary import Tier, workload_kinds
+from objectives.vocabulary import Tier
 from objectives.workload import canonical_json
 
 __all__ = ["TIERS", "CheatSheet", "CheatSheetRow", "Tier", "build_cheatsheet", "knob_value"]

@@ -27,8 +27,8 @@ from knowledge.surrogates import (
     workload_features,
 )
 from objectives import SLO, parse_slo
+from objectives.kinds import kind_for_target
 from objectives.registry import get_target
-from objectives.vocabulary import kind_for_target
 
 __all__ = ["FeasibilityAudit", "audit_slos", "audit_store_trials", "holdout_feasibility"]
 

@@ -14,21 +14,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from advisor.paired import Better, PairedComparison, PairedComparisonError, Repeat, compare
-from knowledge import StudyRecord, TrialRecord, TrialStatus
+from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge.queries import best_feasible
 from objectives import SLO
 from objectives.workload import canonical_json
 
-if TYPE_CHECKING:
-    from advisor.driver import StudyDriver
-
 __all__ = ["BEST", "DEFAULT", "PROVENANCE_KEY", "SWEEP_REPEAT_ROLE", "Arm", "QueueResult",
-           "arm_of", "block_id", "block_of", "comparison_in", "directions", "incumbent",
-           "is_paired", "latest_block", "outcome", "outcome_of_configs", "pending",
+           "StudyQueue", "arm_of", "block_id", "block_of", "comparison_in", "directions",
+           "incumbent", "is_paired", "latest_block", "outcome", "outcome_of_configs", "pending",
            "queue_interleaved", "stored_comparison"]
 
 BEST, DEFAULT = "best", "default"
@@ -40,6 +38,19 @@ _ROLE_PREFIX = "paired-"
 BLOCK_ATTR = "advisor_paired_block"
 #: The sweep runner's role for its repeats (its arm is in ``details["repeat_of"]``).
 SWEEP_REPEAT_ROLE = "repeat"
+
+
+class StudyQueue(Protocol):
+    """What queueing a block needs of the study driver (advisor/driver.py's ``StudyDriver``):
+    its store and its ``enqueue``. Described here rather than imported, because the driver
+    itself pairs through this module."""
+
+    @property
+    def store(self) -> TrialStore: ...
+
+    def enqueue(self, name: str, configs: Sequence[Mapping[str, Any]], *, role: str,
+                attrs: Mapping[str, Any] | None = None, extend_budget: bool = False
+                ) -> StudyRecord: ...
 
 
 @dataclass(frozen=True)
@@ -95,16 +106,10 @@ def is_paired(trial: TrialRecord) -> bool:
 
 def incumbent(trials: Sequence[TrialRecord], objective: Objective) -> TrialRecord | None:
     """The search's best feasible trial (re-measurements excluded), by ``objective``."""
-    best: TrialRecord | None = None
-    for t in trials:
-        if (t.status == TrialStatus.COMPLETE and t.feasible and t.objective_value is not None
-                and not is_paired(t) and objective.is_better(
-                    t.objective_value, None if best is None else best.objective_value)):
-            best = t
-    return best
+    return best_feasible(trials, objective.direction, exclude=is_paired)
 
 
-def queue_interleaved(driver: StudyDriver, study_name: str, arms: Sequence[Arm], repeats: int,
+def queue_interleaved(driver: StudyQueue, study_name: str, arms: Sequence[Arm], repeats: int,
                       *, extend_budget: bool) -> QueueResult:
     """Queue ``repeats`` rounds of ``arms`` in the study ``study_name``, interleaved (one trial
     of each arm per round, in arm order), unless this block is already queued or measured there.
@@ -139,12 +144,12 @@ def queue_interleaved(driver: StudyDriver, study_name: str, arms: Sequence[Arm],
     return QueueResult(queued, block, skipped)
 
 
-def _blocks_present(driver: StudyDriver, study_name: str) -> set[str]:
+def _blocks_present(driver: StudyQueue, study_name: str) -> set[str]:
     """Blocks of the study already stored (any state) or queued in Optuna and not yet asked."""
     import optuna
     from optuna.trial import TrialState
 
-    from advisor.driver import optuna_storage
+    from advisor.optuna_bridge import optuna_storage
 
     study = driver.store.get_study(study_name)
     present = {b for t in (driver.store.trials_of_study(study.id or 0) if study else [])

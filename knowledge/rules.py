@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from objectives.vocabulary import RuleOfThumb, RulePoints, kind_for_target
+from objectives.kinds import kind_for_target
+from objectives.vocabulary import RuleOfThumb, RulePoints
 
 __all__ = ["R2_MIN", "Rule", "fit_rule", "fit_rules", "pareto_front"]
 

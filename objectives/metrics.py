@@ -23,7 +23,6 @@ __all__ = [
     "WEIGHTS",
     "MetricSpec",
     "metric_spec",
-    "metrics_for_target",
     "metrics_in_families",
 ]
 
@@ -146,10 +145,3 @@ def metrics_in_families(families: Iterable[str]) -> list[MetricSpec]:
     """Every metric of any of ``families``, in catalogue order."""
     wanted = frozenset(families)
     return [spec for spec in _SPECS if wanted.intersection(spec.families)]
-
-
-def metrics_for_target(target: str) -> list[MetricSpec]:
-    """Every metric that the target registered as ``target`` reports (its metric families')."""
-    from objectives.registry import target_class
-
-    return metrics_in_families(target_class(target).metric_families)

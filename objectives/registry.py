@@ -12,10 +12,11 @@ import importlib
 import os
 
 from advisor.errors import UnknownTargetError
+from objectives.metrics import MetricSpec, metrics_in_families
 from objectives.target import Target
 
-__all__ = ["DEFAULT_SERVING_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target", "target_class",
-           "target_names"]
+__all__ = ["DEFAULT_SERVING_TARGET", "DEFAULT_TARGET", "TARGETS", "get_target",
+           "metrics_for_target", "target_class", "target_names"]
 
 TARGETS: dict[str, str] = {
     "faiss": "objectives.targets.faiss_target:FaissTarget",
@@ -67,3 +68,8 @@ def target_class(name: str) -> type[Target]:
     module_name, _, class_name = path.partition(":")
     cls: type[Target] = getattr(importlib.import_module(module_name), class_name)
     return cls
+
+
+def metrics_for_target(target: str) -> list[MetricSpec]:
+    """Every metric that the target registered as ``target`` reports (its metric families')."""
+    return metrics_in_families(target_class(target).metric_families)

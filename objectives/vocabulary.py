@@ -4,8 +4,9 @@ knowledge/ (surrogates, rules of thumb) and advisor/ (recommender, cheat-sheet, 
 for an engine they have never heard of. Everything that names a knob, a workload parameter or a
 dataset lives in a :class:`WorkloadKind` declared next to the objectives that define it
 (objectives/kinds/), and a target names its kind (``Target.workload_kind``). The generic layers
-read the declarations through :func:`workload_kind`, :func:`kind_for_target` and
-:func:`workload_kinds`.
+read the declarations through the kinds' lookup (:func:`objectives.kinds.workload_kind`,
+:func:`~objectives.kinds.kind_for_target`, :func:`~objectives.kinds.workload_kinds`); this
+module holds only the declaration types, so the kinds can import it and it imports none of them.
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ __all__ = [
     "RulePoints",
     "Tier",
     "WorkloadKind",
-    "kind_for_target",
-    "workload_kind",
-    "workload_kinds",
 ]
 
 #: The kind of a target that declares none: most engines serve an LLM.
@@ -145,32 +143,3 @@ class WorkloadKind:
     rules_of_thumb: tuple[RuleOfThumb, ...] = field(default_factory=tuple)
     cost_law: CostLawSpec | None = None
     stages: tuple[str, ...] = ()
-
-
-def workload_kinds() -> tuple[WorkloadKind, ...]:
-    """Every declared workload kind, in declaration order (objectives/kinds/)."""
-    from objectives.kinds import WORKLOAD_KINDS
-
-    return WORKLOAD_KINDS
-
-
-def workload_kind(name: str) -> WorkloadKind:
-    """The kind declared as ``name``; an unknown name raises ``KeyError`` naming the known ones."""
-    for kind in workload_kinds():
-        if kind.name == name:
-            return kind
-    raise KeyError(f"unknown workload kind {name!r}; declared kinds: "
-                   f"{', '.join(k.name for k in workload_kinds())}")
-
-
-def kind_for_target(target: str) -> WorkloadKind:
-    """The workload kind the target registered as ``target`` runs (:data:`DEFAULT_KIND` for an
-    unregistered name, as for a target that declares none)."""
-    from advisor.errors import UnknownTargetError
-    from objectives.registry import target_class
-
-    try:
-        name = target_class(target).workload_kind
-    except UnknownTargetError:
-        name = DEFAULT_KIND
-    return workload_kind(name)

@@ -75,24 +75,12 @@ def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return circles
 
 
-#: Circles inside modules other refactors of issue 19 are rewriting at the same time (the driver's
-#: Optuna bridge takes ``optuna_storage`` out of advisor/driver.py; the LLM shape modules belong
-#: to the targets' vocabulary work). Remove an entry when its circle is gone: the test fails
-#: while an entry lists a circle that no longer exists, so the list only shrinks.
-_PENDING = {
-    frozenset({"advisor.driver", "advisor.pairing"}),
-    frozenset({"objectives.llm.models", "objectives.llm.shapes"}),
-}
-
-
 def test_no_import_circle_among_project_modules() -> None:
     modules = _modules()
     graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
-    circles = set(_circles(graph))
-    assert not circles - _PENDING, "import circles: " + "; ".join(
-        " <-> ".join(sorted(c)) for c in circles - _PENDING)
-    assert not _PENDING - circles, "circles gone, drop them from _PENDING: " + "; ".join(
-        " <-> ".join(sorted(c)) for c in _PENDING - circles)
+    circles = _circles(graph)
+    assert not circles, "import circles: " + "; ".join(
+        " <-> ".join(sorted(c)) for c in circles)
 
 
 def test_the_circle_finder_finds_circles() -> None:

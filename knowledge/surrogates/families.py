@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,16 +19,29 @@ from knowledge.surrogates.calibration import conformal, fold_scale
 from knowledge.surrogates.linear import _impute, _linear_bases_predict, _LinearBase
 from knowledge.work_cost import CostLaw, WorkCost
 
-if TYPE_CHECKING:
-    from knowledge.surrogates.regressor import IntervalRegressor
-
-__all__ = ["DEFAULT_FAMILY", "FAMILIES", "FAMILY_IMPLEMENTATIONS", "Forest", "GaussianProcess",
-           "QuantileBoosting", "SurrogateFamily", "member_predict", "members_predict"]
+__all__ = ["DEFAULT_FAMILY", "FAMILIES", "FAMILY_IMPLEMENTATIONS", "FittingRegressor", "Forest",
+           "GaussianProcess", "QuantileBoosting", "SurrogateFamily", "member_predict",
+           "members_predict"]
 
 #: Surrogate families that :class:`IntervalRegressor` implements (benchmarks/surrogates.py
 #: compares them on the shipped data; ``linear-forest`` is the default).
 FAMILIES = ("linear-forest", "forest", "hgb-quantile", "gp")
 DEFAULT_FAMILY = "linear-forest"
+
+
+class FittingRegressor(Protocol):
+    """What a family reads and sets on the regressor it fits for
+    (:class:`~knowledge.surrogates.regressor.IntervalRegressor`): described here, not imported,
+    so that the regressor can pick its family from this module without a circle."""
+
+    n_trees: int
+    coverage: float
+    calibration_folds: int
+    random_state: int
+    cost_law_: CostLaw | None
+    oob_error_: dict[str, float]
+
+    def _predict_raw(self, est: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class SurrogateFamily(Protocol):
@@ -46,7 +59,7 @@ class SurrogateFamily(Protocol):
         """Whether the family's members can take a cost law's prediction as one more feature."""
         ...
 
-    def fit(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
+    def fit(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
             ) -> tuple[Any, float]: ...
 
     def predict_raw(self, estimator: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
@@ -145,7 +158,7 @@ class Forest:
     linear: bool
     takes_cost_law: bool = True
 
-    def fit(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
+    def fit(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
             ) -> tuple[Any, float]:
         trees, in_bag = self._fit_forest(reg, X, y, g)
         return trees, self._calibrate_oob(reg, X, y, trees, in_bag, g)
@@ -154,7 +167,7 @@ class Forest:
         per_tree = members_predict(estimator, X)
         return per_tree.mean(axis=0), per_tree.std(axis=0)
 
-    def _fit_forest(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
+    def _fit_forest(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
                     ) -> tuple[list[Any], np.ndarray]:
         """Members fitted on bootstrap samples of *groups* (configs), so a config's repeats are
         in or out together; returns the members and each member's in-bag row mask.
@@ -230,7 +243,7 @@ class Forest:
         return base, tree, cost
 
     @staticmethod
-    def _calibrate_oob(reg: IntervalRegressor, X: np.ndarray, y: np.ndarray, trees: list[Any],
+    def _calibrate_oob(reg: FittingRegressor, X: np.ndarray, y: np.ndarray, trees: list[Any],
                        in_bag: np.ndarray, g: np.ndarray) -> float:
         """Normalised residuals against the members that never saw a config, one per config
         (its worst row): rows of one config are not independent evidence."""
@@ -258,12 +271,12 @@ class _FoldCalibrated:
     def make(self, random_state: int) -> Any:
         raise NotImplementedError
 
-    def fit_raw(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray) -> Any:
+    def fit_raw(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray) -> Any:
         est = self.make(reg.random_state)
         est.fit(_impute(X), y)
         return est
 
-    def fit(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
+    def fit(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray, g: np.ndarray
             ) -> tuple[Any, float]:
         est = self.fit_raw(reg, X, y)
         return est, fold_scale(X, y, g, folds=reg.calibration_folds, coverage=reg.coverage,
@@ -282,7 +295,7 @@ class QuantileBoosting(_FoldCalibrated):
                                               random_state=random_state)
                 for q in (0.05, 0.5, 0.95)]
 
-    def fit_raw(self, reg: IntervalRegressor, X: np.ndarray, y: np.ndarray) -> Any:
+    def fit_raw(self, reg: FittingRegressor, X: np.ndarray, y: np.ndarray) -> Any:
         est = self.make(reg.random_state)
         for e in est:
             e.fit(X, y)

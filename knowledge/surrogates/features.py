@@ -16,7 +16,7 @@ import numpy as np
 
 from knowledge.models import TrialRecord
 from knowledge.work_cost import CostLaw
-from objectives.vocabulary import workload_kinds
+from objectives.kinds import workload_kinds
 
 __all__ = [
     "COST_TERMS",

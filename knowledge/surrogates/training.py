@@ -11,7 +11,7 @@ import numpy as np
 
 from knowledge.models import TrialRecord
 from knowledge.surrogates.features import FeatureEncoder, WorkloadPoint, workload_features
-from objectives.vocabulary import workload_kinds
+from objectives.kinds import workload_kinds
 
 __all__ = []
 

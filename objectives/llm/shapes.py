@@ -14,6 +14,11 @@ later) recovers them without the original file.
 Fields that change no timing with random weights (rope scaling and theta, norm epsilon, token
 ids, initializer range) are not part of the name and take the family's defaults when the config
 is rebuilt.
+
+The named shapes (:data:`MODEL_SHAPES`, which also answers canonical names) and
+:func:`parameter_count` live here too: naming a shape needs the named ones and the named table
+needs the canonical names, so they are one concern (objectives/llm/models.py re-exports them
+beside the model directories it writes).
 """
 
 from __future__ import annotations
@@ -29,10 +34,14 @@ import yaml
 
 from advisor.errors import WorkloadError
 
-__all__ = ["ARCHITECTURES", "KV_DTYPE_BYTES", "ShapeFeatures", "config_from_name", "features_of",
-           "fields_text", "is_canonical_name", "load_model_config", "parse_config",
+__all__ = ["ARCHITECTURES", "KV_DTYPE_BYTES", "MODEL_SHAPES", "N_SPECIAL_TOKENS", "ShapeFeatures",
+           "config_from_name", "features_of", "fields_text", "is_canonical_name",
+           "load_model_config", "model_config", "parameter_count", "parse_config",
            "shape_features", "shape_name"]
 
+#: The special tokens of the model directories' tokenizer (objectives/llm/models.py): PAD_TOKEN=0,
+#: <s>=1, </s>=2; a vocabulary must have room beyond them.
+N_SPECIAL_TOKENS = 3
 #: Supported architectures -> their ``model_type`` (the name's family prefix).
 ARCHITECTURES: dict[str, str] = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
                                  "Qwen2ForCausalLM": "qwen2"}
@@ -79,7 +88,7 @@ class ShapeFeatures:
 
     ``kv_bytes_per_token`` counts keys and values of every layer at the config's dtype (see
     :meth:`kv_bytes_at` for another KV-cache dtype); ``parameters`` is
-    :func:`objectives.llm.models.parameter_count`.
+    :func:`parameter_count`.
     """
 
     name: str
@@ -185,8 +194,6 @@ def parse_config(raw: Mapping[str, Any], *, where: str = "model config") -> dict
     if head_dim % 2:
         raise WorkloadError(f"{where}: the head dimension {head_dim} must be even (rotary "
                             "embeddings rotate pairs)")
-    from objectives.llm.models import N_SPECIAL_TOKENS
-
     if config["vocab_size"] <= N_SPECIAL_TOKENS:
         raise WorkloadError(f"{where}: vocab_size {config['vocab_size']} must exceed "
                             f"{N_SPECIAL_TOKENS} (the special tokens)")
@@ -287,9 +294,7 @@ def _canonical(config: Mapping[str, Any]) -> str:
 
 def shape_name(config: Mapping[str, Any]) -> str:
     """The name trials of this (checked) config are keyed by: the built-in shape's name when
-    the config has a built-in shape (objectives/llm/models.py), else the canonical name."""
-    from objectives.llm.models import MODEL_SHAPES
-
+    the config has a built-in shape (:data:`MODEL_SHAPES`), else the canonical name."""
     canonical = _canonical(config)
     for name, builtin in MODEL_SHAPES.items():  # the named shapes only
         if _canonical(parse_config(builtin, where=name)) == canonical:
@@ -356,8 +361,6 @@ def config_from_name(name: str) -> dict[str, Any]:
 def features_of(config: Mapping[str, Any], name: str | None = None) -> ShapeFeatures:
     """The :class:`ShapeFeatures` of a checked config (named by :func:`shape_name` unless
     ``name`` is given)."""
-    from objectives.llm.models import parameter_count
-
     head_dim = _head_dim(config)
     dtype = str(config.get("torch_dtype", "bfloat16"))
     layers, kv_heads = int(config["num_hidden_layers"]), int(config["num_key_value_heads"])
@@ -376,8 +379,6 @@ def shape_features(model: str) -> ShapeFeatures | None:
     """The features of the model a trial served (its workload's ``model``): a built-in shape, a
     canonical shape name, or a local model directory whose config.json is a supported dense
     decoder. None when none of these applies, so callers can skip such trials."""
-    from objectives.llm.models import MODEL_SHAPES, model_config
-
     try:
         if model in MODEL_SHAPES:  # named or canonical
             return features_of(parse_config(model_config(model), where=model), name=model)
@@ -387,3 +388,92 @@ def shape_features(model: str) -> ShapeFeatures | None:
     except WorkloadError:
         return None
     return None
+
+
+# -- named shapes ------------------------------------------------------------------------------
+
+_LLAMA_BASE: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "attention_bias": False, "mlp_bias": False, "rms_norm_eps": 1e-5, "initializer_range": 0.02,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
+    "torch_dtype": "bfloat16",
+}
+
+
+
+class _ShapeTable(dict[str, dict[str, Any]]):
+    """The named shapes (what iterating, ``keys()`` and ``--help`` list) that also answers, for
+    ``in`` and ``[]``, the canonical name of any supported dense decoder
+    (:func:`config_from_name`): such a name spells out its shape, so every
+    engine that resolves shapes here accepts a custom shape with no registry to share."""
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        return isinstance(name, str) and is_canonical_name(name)
+
+    def __missing__(self, name: str) -> dict[str, Any]:
+        if not is_canonical_name(name):
+            raise KeyError(name)
+        return config_from_name(name)
+
+
+MODEL_SHAPES: dict[str, dict[str, Any]] = _ShapeTable({
+    # For CPU tests: the same architecture, small enough to run on 2 cores.
+    "tiny-llama": {**_LLAMA_BASE, "hidden_size": 64, "intermediate_size": 128,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "head_dim": 16, "vocab_size": 2048, "max_position_embeddings": 4096,
+                   "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32"},
+    # meta-llama/Llama-3.2-1B's published config.json.
+    "llama-3.2-1b": {**_LLAMA_BASE, "hidden_size": 2048, "intermediate_size": 8192,
+                     "num_hidden_layers": 16, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                     "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                     "tie_word_embeddings": True,
+                     "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+                                      "low_freq_factor": 1.0,
+                                      "original_max_position_embeddings": 8192,
+                                      "rope_type": "llama3"}},
+    # meta-llama/Meta-Llama-3-8B's published config.json.
+    "llama-3-8b": {**_LLAMA_BASE, "hidden_size": 4096, "intermediate_size": 14336,
+                   "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 8192,
+                   "rope_theta": 500000.0, "tie_word_embeddings": False},
+})
+
+
+def model_config(shape: str) -> dict[str, Any]:
+    """The ``config.json`` contents of a named shape or of a canonical shape name."""
+    try:
+        return dict(MODEL_SHAPES[shape])
+    except KeyError:
+        raise WorkloadError(f"unknown model shape {shape!r}; known shapes: "
+                            f"{', '.join(sorted(MODEL_SHAPES))}, a canonical shape name "
+                            "(advisor tune --model-config prints it), or a local model path"
+                            ) from None
+
+
+def parameter_count(config: Mapping[str, Any]) -> int:
+    """The number of weights of a dense Llama-style decoder with this ``config.json``: the token
+    embedding, per layer the attention projections (q, k, v, o; grouped-query k/v), the gated MLP
+    (gate, up, down) and two RMS norms, the final norm, and the output matrix unless it is tied
+    to the embedding. Biases are counted where the config turns them on (Llama's
+    ``attention_bias``: q, k, v and o; Qwen2 always has q, k and v biases, none on o).
+
+    meta-llama/Llama-3.2-1B: 1,235,814,400; Meta-Llama-3-8B: 8,030,261,248 (as published).
+    """
+    hidden, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+    layers, vocab = int(config["num_hidden_layers"]), int(config["vocab_size"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    if config.get("attention_bias"):
+        attention += q_out + 2 * kv_out + hidden
+    elif config.get("model_type") == "qwen2":
+        attention += q_out + 2 * kv_out
+    mlp = 3 * hidden * inter + ((2 * inter + hidden) if config.get("mlp_bias") else 0)
+    per_layer = attention + mlp + 2 * hidden
+    output = 0 if config.get("tie_word_embeddings", False) else vocab * hidden
+    return vocab * hidden + layers * per_layer + hidden + output

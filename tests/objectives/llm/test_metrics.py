@@ -21,7 +21,7 @@ from objectives.llm.metrics import (
     summarize,
 )
 from objectives.llm.requests import RequestRecord
-from objectives.metrics import metrics_for_target
+from objectives.registry import metrics_for_target
 
 # Reported by the targets from the engine, not summarized from the requests.
 LLM_METRICS = {m.name for m in metrics_for_target("vllm")} - {"peak_memory_mb", "weights_mb",

@@ -13,8 +13,7 @@ import pytest
 
 from advisor.errors import ConfigRejectedError, EngineUnavailableError
 from objectives.llm.server_metrics import snapshot_from_text
-from objectives.metrics import metrics_for_target
-from objectives.registry import get_target
+from objectives.registry import get_target, metrics_for_target
 from objectives.targets.openai_target import KNOWN_VOCABULARIES
 from objectives.targets.tgi_target import (
     COMMAND_ENV,
