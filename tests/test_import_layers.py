@@ -87,3 +87,27 @@ def test_the_circle_finder_finds_circles() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
         frozenset({"a", "b", "c"})]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+#: The packages below ``advisor`` in the one-way order (api -> advisor -> these).
+_LOWER = ("knowledge", "objectives", "search_spaces")
+
+
+def test_the_error_tree_is_the_ground_floor() -> None:
+    """advisor/errors.py imports nothing of the project and ``advisor/__init__.py`` nothing at
+    all, so the lower packages raise the one error tree without loading the rest of advisor."""
+    modules = _modules()
+    known = set(modules)
+    assert not _imports("advisor.errors", modules["advisor.errors"], known)
+    assert not _imports("advisor", modules["advisor"], known)
+
+
+def test_lower_packages_import_nothing_of_advisor_or_api_but_the_error_tree() -> None:
+    modules = _modules()
+    known = set(modules)
+    upward = sorted(
+        f"{name} -> {imported}"
+        for name, path in modules.items() if name.split(".")[0] in _LOWER
+        for imported in _imports(name, path, known)
+        if imported.split(".")[0] in ("advisor", "api") and imported != "advisor.errors")
+    assert not upward, "imports against the one-way order: " + "; ".join(upward)
