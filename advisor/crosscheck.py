@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import statistics
 import tempfile
@@ -40,6 +39,7 @@ import httpx
 from advisor import __version__
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.inputs import requested_slo
+from advisor.trial_records import new_trial_record
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import is_usable
@@ -65,7 +65,7 @@ from objectives.llm.workload import at_rate
 from objectives.measurement import Measurement
 from objectives.registry import get_target
 from objectives.runner import error_type_of
-from objectives.workload import Workload, canonical_json
+from objectives.workload import Workload
 
 __all__ = ["GOAL_RELATIVE", "CrosscheckPlan", "CrosscheckReport", "Measured", "compare_rounds",
            "compare_row", "run_crosscheck", "write_report"]
@@ -594,11 +594,9 @@ class _Recorder:
         config = endpoint.config
         hw = fingerprint()
         number = len(self.store.trials_of_study(study.id or 0))
-        return self.store.start_trial(TrialRecord(
+        return self.store.start_trial(new_trial_record(
             study_id=study.id or 0, number=number, optuna_trial_id=None, target=self.plan.target,
-            config=config, config_hash=_config_hash(config), workload_spec=workload.spec,
-            workload_hash=workload.spec_hash, hardware=hw, hardware_key=str(hw["key"]),
-            advisor_version=__version__, details={}))
+            config=config, workload=workload, hardware=hw, details={}))
 
     def record_failure(self, one: Measured, endpoint: _Endpoint, workload: Workload) -> int:
         """Store a measurement that failed as a failed trial with its reason, nothing lost. Its
@@ -650,10 +648,6 @@ class _Recorder:
             self.store.update_provenance(study.id or 0, {PROVENANCE_KEY: found})
             outcomes[study.name] = found
         return outcomes
-
-
-def _config_hash(config: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(dict(config)).encode()).hexdigest()[:16]
 
 
 def write_report(report: CrosscheckReport, path: Path) -> None:

@@ -3,11 +3,12 @@
 optuna-dashboard (0.21) picks a single-objective study's "Best Trial" with
 ``storage.get_best_trial``, which ignores constraints: a trial that missed the SLO is marked best
 when its objective is highest. It reads everything else this project writes for it (see
-:func:`advisor.driver.tell_constraints` and :func:`advisor.driver.describe_optuna_study`): the
-constraint list greys infeasible trials out in its plots; metric names, SLO and margins are shown
-by name. This module wraps the dashboard's WSGI app and rewrites only the ``best_trials`` of its
-study-detail answer to Optuna's own definition: the best trial among those whose constraints are
-all ``<= 0`` (none when no trial met the SLO).
+:func:`advisor.optuna_bridge.tell_constraints` and
+:func:`advisor.optuna_bridge.describe_optuna_study`): the constraint list greys infeasible trials
+out in its plots; metric names, SLO and margins are shown by name. This module wraps the
+dashboard's WSGI app and rewrites only the ``best_trials`` of its study-detail answer to Optuna's
+own definition (:func:`advisor.optuna_bridge.best_feasible_trial`): the best trial among those
+whose constraints are all ``<= 0`` (none when no trial met the SLO).
 
 Imported studies (shipped knowledge, ``advisor knowledge import``) have no Optuna history: their
 trials were run against another database. :func:`backfill_optuna_studies` builds one from the
@@ -30,8 +31,13 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from advisor.driver import DASHBOARD_CONSTRAINTS_KEY, StudyDriver, describe_optuna_study
 from advisor.errors import AdvisorError
+from advisor.optuna_bridge import (
+    DASHBOARD_CONSTRAINTS_KEY,
+    best_feasible_trial,
+    describe_optuna_study,
+)
+from advisor.study_spec import StoredStudy
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import invalid_reason
@@ -39,24 +45,12 @@ from objectives import SLO
 from objectives.registry import get_target
 from search_spaces import Knob, SearchSpace
 
-__all__ = ["backfill_optuna_studies", "best_feasible_trial", "dashboard_app"]
+__all__ = ["backfill_optuna_studies", "dashboard_app"]
 
 _STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
-
-
-def best_feasible_trial(trials: Iterable[FrozenTrial], direction: optuna.study.StudyDirection
-                        ) -> FrozenTrial | None:
-    """The complete trial with the best value among those meeting every constraint, as
-    ``optuna.Study.best_trial`` defines it for constrained studies; None when none does."""
-    feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
-                and all(v <= 0 for v in t.constraints.values())]
-    if not feasible:
-        return None
-    sign = 1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
-    return max(feasible, key=lambda t: (sign * float(t.value or 0.0), -t.number))
 
 
 class _FeasibleBest:
@@ -136,7 +130,7 @@ def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStor
 
 
 def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord) -> None:
-    spec = StudyDriver._spec_of(study, None)
+    spec = StoredStudy.of(study).resume_spec()
     try:
         space: SearchSpace | None = get_target(study.target).space()
     except AdvisorError:  # a target this install does not have: knobs become categorical

@@ -18,15 +18,16 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from advisor import recovery
 from advisor.driver import StudyDriver, StudySpec
 from advisor.errors import AdvisorError, StoreError
 from advisor.objective import Objective
 from advisor.settings import Settings
 from advisor.study_request import Door, StudyPlan, StudyRequest
 from advisor.warm_start import warm_start_hook
-from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
+from knowledge import StudyRecord, TrialRecord, TrialStore
 from knowledge.jobs import JobStore
-from knowledge.models import JobStatus, StudyStatus
+from knowledge.models import JobStatus
 from objectives import parse_slo
 from objectives.workload import Workload
 
@@ -110,21 +111,6 @@ class _JobReporter:
         pass
 
 
-def _leave_consistent(store: TrialStore, study_name: str) -> None:
-    """After a cancel or crash of this job process: no trial of the study it ran stays running,
-    and the study is marked interrupted (``advisor tune --resume`` continues it)."""
-    study = store.get_study(study_name)
-    if study is None:
-        return
-    for rec in store.trials_of_study(study.id or 0, [TrialStatus.RUNNING]):
-        if rec.pid == os.getpid():
-            store.fail_trial(rec.id or 0, status=TrialStatus.INTERRUPTED,
-                             error_type="interrupted", error="the study's job was cancelled")
-    current = store.get_study_by_id(study.id or 0)
-    if current is not None and current.status == StudyStatus.RUNNING:
-        store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
-
-
 def _cancel() -> None:
     """Raise :class:`JobCancelled`, once: the worker's SIGTERM is ignored from here on, so it
     cannot raise a second time inside the database calls that record the cancel (on PostgreSQL
@@ -174,7 +160,9 @@ def run_job(uid: str, settings: Settings) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with contextlib.suppress(AdvisorError):
-            _leave_consistent(store, spec_name)
+            recovery.leave_consistent(store, spec_name, owned=recovery.this_process,
+                                      reason="the study's job was cancelled",
+                                      only_when_idle=False)
         jobs.finish(uid, status, error)
         store.close()
     return 0 if status == JobStatus.SUCCEEDED else 1

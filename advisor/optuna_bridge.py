@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import optuna
@@ -26,7 +26,8 @@ from knowledge import TrialRecord, TrialStatus
 from objectives import SLO
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "REQUEUED_ATTR", "ROLE_ATTR", "OptunaBridge",
-           "describe_optuna_study", "optuna_storage", "tell_constraints", "trial_details"]
+           "best_feasible_trial", "describe_optuna_study", "optuna_storage", "tell_constraints",
+           "trial_details"]
 
 #: The trial system attribute optuna-dashboard (0.21) reads constraint values from: a list, one
 #: value per constraint, <= 0 met. Optuna 5 reads the same list as constraints "0", "1", ...;
@@ -97,6 +98,18 @@ def trial_details(user_attrs: Mapping[str, Any]) -> dict[str, Any]:
         if key.startswith(_PREFIX) and key not in (ROLE_ATTR, REQUEUED_ATTR):
             details[key.removeprefix(_PREFIX)] = value
     return details
+
+
+def best_feasible_trial(trials: Iterable[FrozenTrial], direction: optuna.study.StudyDirection
+                        ) -> FrozenTrial | None:
+    """The complete trial with the best value among those meeting every constraint, as
+    ``optuna.Study.best_trial`` defines it for constrained studies; None when none does."""
+    feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                and all(v <= 0 for v in t.constraints.values())]
+    if not feasible:
+        return None
+    sign = 1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    return max(feasible, key=lambda t: (sign * float(t.value or 0.0), -t.number))
 
 
 class OptunaBridge:

@@ -3,9 +3,9 @@
 ``advisor tune``, ``POST /v1/studies`` and sweep files each translate their input into a
 :class:`StudyRequest`; :func:`plan_study` checks it against the target registry and the store and
 returns the :class:`StudyPlan` to run: the resolved SLO, objective, workload and preset, the
-sampler (one list, :data:`SAMPLER_NAMES`), the study's name (given, or derived so that the same
-request names the same study), and, for a resume, that the stored study was asked for with the
-same settings. A rule changed here changes for every door at once.
+sampler (one list, :data:`advisor.samplers.SAMPLERS`), the study's name (given, or derived so
+that the same request names the same study), and, for a resume, that the stored study was asked
+for with the same settings. A rule changed here changes for every door at once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from advisor.errors import SearchSpaceError, StudyError
 from advisor.inputs import check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
-from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS
+from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
 from knowledge import StudyRecord, TrialStore
 from objectives import SLO
 from objectives.llm.workload import KIND as LLM_KIND
@@ -30,12 +30,9 @@ from objectives.target import Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace
 
-__all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLER_NAMES", "STARTUP_TRIALS", "Door", "StudyPlan",
-           "StudyRequest", "check_sampler", "default_study_name", "plan_study", "resolve_objective",
-           "resolve_slo"]
+__all__ = ["DEFAULT_SAMPLER", "Door", "StudyPlan", "StudyRequest", "check_sampler",
+           "default_study_name", "plan_study", "resolve_objective", "resolve_slo"]
 
-#: The search algorithms a request may name, as advisor/samplers.py builds them.
-SAMPLER_NAMES: tuple[str, ...] = tuple(SAMPLERS)
 #: Store key of the studies measured alongside a study (``--also-rate``), as the driver keeps it.
 _CO_STUDIES = "co_measured_studies"
 
@@ -102,8 +99,8 @@ class StudyPlan:
 
 def check_sampler(name: str) -> str:
     """``name`` when it names a sampler, else :class:`StudyError` naming them."""
-    if name not in SAMPLER_NAMES:
-        raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLER_NAMES)}")
+    if name not in SAMPLERS:
+        raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
     return name
 
 

@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor.errors import InputError
 from advisor.inputs import LABEL_PATTERN, MAX_TRIALS, STUDY_NAME_PATTERN, check_numbers
+from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
 from advisor.settings import check_paired_repeats
-from advisor.study_request import DEFAULT_SAMPLER, SAMPLER_NAMES
 
 __all__ = [
     "CheatSheetValuePublic",
@@ -217,7 +217,7 @@ class StudyCreate(BaseModel):
                     "--enqueue` takes them: knob mappings, completed with the engine defaults "
                     "and checked against the search space")
     trials: int = Field(default=30, ge=1, le=MAX_TRIALS)
-    sampler: str = Field(default=DEFAULT_SAMPLER, json_schema_extra={"enum": list(SAMPLER_NAMES)},
+    sampler: str = Field(default=DEFAULT_SAMPLER, json_schema_extra={"enum": list(SAMPLERS)},
                          description="search algorithm")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     startup_trials: int | None = Field(
@@ -252,8 +252,8 @@ class StudyCreate(BaseModel):
     @field_validator("sampler")
     @classmethod
     def _sampler(cls, value: str) -> str:
-        if value not in SAMPLER_NAMES:  # a ValueError: a 422 naming the field, as for the rest
-            raise ValueError(f"Input should be {' or '.join(map(repr, SAMPLER_NAMES))}")
+        if value not in SAMPLERS:  # a ValueError: a 422 naming the field, as for the rest
+            raise ValueError(f"Input should be {' or '.join(map(repr, SAMPLERS))}")
         return value
 
     @field_validator("paired_repeats")

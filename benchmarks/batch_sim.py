@@ -48,24 +48,21 @@ from benchmarks.stores import shipped_store, temp_store
 from knowledge import TrialStatus
 from knowledge.batch_sim import FRONTEND_TOKEN_MS, Observation, RequestStream, fit_batch_models
 from knowledge.curve_blend import SIM_WEIGHT, mix
-from knowledge.curve_model import KnobCurveModel
+from knowledge.curve_model import KNOB_CURVE_FAMILY, KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     DEFAULT_FAMILY,
-    KNOB_CURVE_FAMILY,
     FeatureEncoder,
     IntervalRegressor,
-    _forward,
-    _inverse,
-    _usable,
-    _xy,
     context_of,
     cost_law,
     fit_load_curves,
     metric_transform,
     workload_features,
 )
+from knowledge.surrogates.training import _usable, _xy
+from knowledge.surrogates.transforms import _forward, _inverse
 from knowledge.transfer import import_file, shipped_file
 from objectives.llm.simulation import LLMSimulation, first_token_ms, mean_step_ms
 from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
@@ -392,7 +389,7 @@ def prospective(trials: list, predictions: Path, measured: Sequence[Path]) -> li
     trials only: the context's predictions (since 2026-12-05 the knob-level answer blended with
     the context's simulator where that places the config) and the knob-level answer alone
     (load curves predicted from the knobs where they answer, else the surrogate)."""
-    from knowledge.surrogate import fit_context
+    from knowledge.surrogates import fit_context
 
     rows = json.loads(predictions.read_text())
     store = temp_store("measured.db")

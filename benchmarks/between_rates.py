@@ -25,7 +25,8 @@ import numpy as np
 from benchmarks.stores import shipped_store, temp_store
 from knowledge import TrialStatus
 from knowledge.store import TrialFilter
-from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
+from knowledge.surrogates import context_of, fit_load_curves, workload_features
+from knowledge.surrogates.training import _usable
 from knowledge.transfer import import_file, shipped_file
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")

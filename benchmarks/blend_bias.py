@@ -19,7 +19,8 @@ from benchmarks.stores import shipped_store
 from knowledge import TrialStatus
 from knowledge.curve_blend import SIM_WEIGHT, mix
 from knowledge.store import TrialFilter
-from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
+from knowledge.surrogates import context_of, fit_load_curves, workload_features
+from knowledge.surrogates.training import _usable
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms")
 

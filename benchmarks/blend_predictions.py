@@ -21,7 +21,8 @@ import numpy as np
 from benchmarks.stores import shipped_store
 from knowledge import TrialStatus
 from knowledge.store import TrialFilter
-from knowledge.surrogate import _usable, context_of, fit_load_curves, workload_features
+from knowledge.surrogates import context_of, fit_load_curves, workload_features
+from knowledge.surrogates.training import _usable
 from search_spaces.space import load_space
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")

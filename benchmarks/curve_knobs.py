@@ -28,20 +28,18 @@ from knowledge import TrialStatus
 from knowledge.curve_model import FAMILIES, KnobCurveModel
 from knowledge.load_curve import config_key, unvaried_knobs
 from knowledge.store import TrialFilter
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     DEFAULT_FAMILY,
     FeatureEncoder,
     IntervalRegressor,
-    _forward,
-    _inverse,
-    _usable,
-    _xy,
     context_of,
     cost_law,
     fit_load_curves,
     metric_transform,
     workload_features,
 )
+from knowledge.surrogates.training import _usable, _xy
+from knowledge.surrogates.transforms import _forward, _inverse
 
 METRICS = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")
 

@@ -36,7 +36,7 @@ from benchmarks import between_rates
 from benchmarks.stores import shipped_store
 from knowledge import TrialStatus
 from knowledge.store import TrialFilter
-from knowledge.surrogate import context_of, cross_validate
+from knowledge.surrogates import context_of, cross_validate
 
 MODELS = ("llama-3-8b", "llama-3.2-1b")
 METRICS = ["ttft_p95_ms", "tpot_p95_ms"]

@@ -17,7 +17,7 @@ shipped vLLM data, with each trial's rate feature read four ways:
 
 The streams come from ``objectives.llm.workload.request_shapes`` (the same seeded draws the
 client sent). This is an experiment harness: it swaps the rate feature inside
-``knowledge.surrogate`` for the run, and nothing in the product reads it.
+``knowledge.surrogates`` for the run, and nothing in the product reads it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-import knowledge.surrogate as surrogate
+import knowledge.surrogates as surrogate
 from benchmarks.stores import shipped_store
 from knowledge import TrialStatus
 from knowledge.store import TrialFilter
@@ -43,6 +45,15 @@ MODELS = ("llama-3-8b", "llama-3.2-1b")
 METRICS = ["ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s"]
 MODES = ("nominal", "realized", "peak:1", "peak:2", "peak:4", "scaled-throughput")
 _nominal_features = surrogate.workload_features
+
+
+def _feature_lookups() -> list[ModuleType]:
+    """The surrogate modules holding ``workload_features`` as a global: the package is split by
+    concern and each module that reads the features looks the name up in its own globals, so the
+    swap replaces it in every one of them."""
+    return [m for name, m in sorted(sys.modules.items())
+            if (name == surrogate.__name__ or name.startswith(surrogate.__name__ + "."))
+            and getattr(m, "workload_features", None) is _nominal_features]
 
 
 @functools.cache
@@ -77,7 +88,9 @@ def _features(mode: str) -> Any:
 
 
 def score(mode: str, rows: list[Any], key: Any) -> dict[str, dict[str, Any]]:
-    surrogate.workload_features = _features(mode)
+    lookups = _feature_lookups()
+    for module in lookups:
+        module.workload_features = _features(mode)  # type: ignore[attr-defined]
     try:
         if mode == "scaled-throughput":
             for t in rows:
@@ -92,7 +105,8 @@ def score(mode: str, rows: list[Any], key: Any) -> dict[str, dict[str, Any]]:
                                  t.metrics["output_tokens_per_s"] * nominal / load[1]}
         scores = surrogate.cross_validate(key, rows, group_by="workload", metrics=METRICS)
     finally:
-        surrogate.workload_features = _nominal_features
+        for module in lookups:
+            module.workload_features = _nominal_features  # type: ignore[attr-defined]
     return {m: s.to_dict() for m, s in scores.items()}
 
 

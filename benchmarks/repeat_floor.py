@@ -29,7 +29,8 @@ import numpy as np
 from benchmarks.stores import shipped_store
 from knowledge import TrialRecord, TrialStatus
 from knowledge.store import TrialFilter
-from knowledge.surrogate import _usable, context_of, noise_floor
+from knowledge.surrogates import context_of, noise_floor
+from knowledge.surrogates.training import _usable
 
 METRICS = ["ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s"]
 

@@ -18,17 +18,16 @@ import numpy as np
 
 from knowledge import TrialStatus, TrialStore
 from knowledge.store import TrialFilter
-from knowledge.surrogate import (
+from knowledge.surrogates import (
     FAMILIES,
     FeatureEncoder,
     IntervalRegressor,
-    _forward,
-    _inverse,
-    _xy,
     context_of,
     metric_transform,
     workload_features,
 )
+from knowledge.surrogates.training import _xy
+from knowledge.surrogates.transforms import _forward, _inverse
 from knowledge.transfer import import_shipped_knowledge
 
 GOAL_METRICS = ("p95_latency_ms", "qps", "ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s")

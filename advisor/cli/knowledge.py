@@ -22,7 +22,7 @@ from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.failures import DEFAULT_FAMILY as FAILURE_FAMILY
 from knowledge.failures import DEFAULT_THRESHOLD
 from knowledge.failures import FAMILIES as FAILURE_FAMILIES
-from knowledge.surrogate import DEFAULT_FAMILY, FAMILIES, GROUP_BY, SCORE_ON, cross_validate
+from knowledge.surrogates import DEFAULT_FAMILY, FAMILIES, GROUP_BY, SCORE_ON, cross_validate
 from knowledge.transfer import export_jsonl, import_file, import_jsonl
 from objectives.registry import get_target
 
@@ -179,7 +179,7 @@ def knowledge_eval_cmd(
     store = cli_store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
     from knowledge.cache import MIN_TRIALS
-    from knowledge.surrogate import context_of
+    from knowledge.surrogates import context_of
 
     grouped: dict[Any, list[TrialRecord]] = {}
     for t in trials:

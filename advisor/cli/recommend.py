@@ -43,7 +43,7 @@ from advisor.recommend import (
 )
 from advisor.recommend_shape import ShapeRecommendation, answer_unmeasured_shape, shape_answer_lines
 from knowledge import TrialStore
-from knowledge.surrogate import workload_features
+from knowledge.surrogates import workload_features
 from objectives.hardware import hardware_key
 from objectives.llm.models import MODEL_SHAPES
 from objectives.llm.shapes import ShapeFeatures

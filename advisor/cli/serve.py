@@ -106,7 +106,7 @@ def dashboard_cmd(
     import optuna
 
     from advisor.dashboard import backfill_optuna_studies, dashboard_app
-    from advisor.driver import optuna_storage
+    from advisor.optuna_bridge import optuna_storage
 
     settings = cli_settings()
     store = cli_store(settings)

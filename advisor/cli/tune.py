@@ -35,15 +35,8 @@ from advisor.model_config import check_takes_model
 from advisor.objective import Objective
 from advisor.pairing import PROVENANCE_KEY
 from advisor.presets import check_model
-from advisor.study_request import (
-    DEFAULT_SAMPLER,
-    MAX_STARTUP,
-    SAMPLER_NAMES,
-    STARTUP_TRIALS,
-    Door,
-    StudyRequest,
-    plan_study,
-)
+from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS
+from advisor.study_request import Door, StudyRequest, plan_study
 from advisor.warm_start import BEST_KNOWN, warm_start_hook
 from knowledge import StudyRecord, TrialRecord, TrialStatus
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
@@ -84,7 +77,7 @@ def tune_cmd(
     workload_param: Annotated[list[str] | None, typer.Option(
         "--workload-param", help="Override one workload parameter, KEY=VALUE (repeatable); "
                                  "the VALUE is read as YAML.")] = None,
-    sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLER_NAMES))
+    sampler: Annotated[str, typer.Option(help="Search algorithm.", **choice(SAMPLERS))
                        ] = DEFAULT_SAMPLER,
     seed: Annotated[int | None, typer.Option(help="Sampler seed, for reproducible searches.")
                     ] = None,

@@ -32,6 +32,7 @@ from advisor.sweeps.warmstart import warm_start_configs
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.models import SweepRunRecord, SweepRunStatus
+from knowledge.queries import best_feasible
 from objectives.hardware import fingerprint
 from objectives.registry import target_class
 
@@ -358,12 +359,16 @@ class SweepRunner:
 
     def _best(self, cell: CellSpec, trials: Sequence[TrialRecord]) -> TrialRecord | None:
         """The search's best trial: feasible first, then by objective (repeats excluded)."""
+        best = best_feasible(trials, cell.objective.direction, exclude=pairing.is_paired)
+        if best is not None:
+            return best
+        # None met the SLO: the best infeasible one still gets repeated and reported.
         measured = [t for t in trials if t.status == TrialStatus.COMPLETE
                     and not pairing.is_paired(t) and t.objective_value is not None]
         if not measured:
             return None
         sign = -1.0 if cell.objective.direction == "maximize" else 1.0
-        return min(measured, key=lambda t: (not t.feasible, sign * float(t.objective_value or 0)))
+        return min(measured, key=lambda t: sign * float(t.objective_value or 0))
 
     def _result(self, cell: CellSpec, name: str, status: str, error: str | None = None
                 ) -> CellResult:

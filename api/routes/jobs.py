@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
-from advisor.objective import Objective
 from api.deps import JobsDep, ReadAccess, StoreDep, WriteAccess
 from api.redact import redact_paths
 from api.schemas import ErrorPublic, JobProgress, JobPublic, Page
 from knowledge import TrialStatus, TrialStore
 from knowledge.models import JobRecord
+from knowledge.queries import best_feasible
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -22,15 +22,10 @@ def _progress(job: JobRecord, store: TrialStore) -> tuple[int | None, JobProgres
     study = store.get_study(job.study_name)
     if study is None:
         return None, None
-    objective = Objective(study.objective_metric, study.objective_direction)  # type: ignore[arg-type]
     trials = store.trials_of_study(study.id or 0)
     complete = [t for t in trials if t.status == TrialStatus.COMPLETE]
     feasible = [t for t in complete if t.feasible and t.objective_value is not None]
-    best = None
-    for t in feasible:
-        if best is None or objective.is_better(float(t.objective_value or 0.0),
-                                               best.objective_value):
-            best = t
+    best = best_feasible(trials, study.objective_direction)
     failed = sum(t.status == TrialStatus.FAILED for t in trials)
     invalid = sum(t.status == TrialStatus.INVALID for t in trials)
     return study.id, JobProgress(

@@ -23,9 +23,10 @@ import httpx
 import optuna
 import pytest
 
-from advisor.dashboard import backfill_optuna_studies, best_feasible_trial, dashboard_app
+from advisor.dashboard import backfill_optuna_studies, dashboard_app
 from advisor.driver import StudyDriver, StudyResult, StudySpec, optuna_storage
 from advisor.objective import Objective
+from advisor.optuna_bridge import best_feasible_trial
 from advisor.settings import Settings
 from knowledge import TrialStatus, TrialStore
 from knowledge.transfer import export_jsonl, import_jsonl

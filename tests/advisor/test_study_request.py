@@ -10,8 +10,9 @@ from advisor.cli.tune import CLI_DOOR
 from advisor.driver import StudyDriver
 from advisor.errors import StudyError, WorkloadError
 from advisor.jobs import API_DOOR
+from advisor.samplers import SAMPLERS
 from advisor.settings import Settings
-from advisor.study_request import SAMPLER_NAMES, StudyRequest, plan_study
+from advisor.study_request import StudyRequest, plan_study
 from knowledge import TrialStore
 
 
@@ -28,7 +29,7 @@ def test_requests_are_checked_against_the_target() -> None:
     with pytest.raises(StudyError, match="does not report the objective metric"):
         plan_study(StudyRequest(target="scripted", objective="maximize:ttft_p95_ms"))
     with pytest.raises(StudyError, match="unknown sampler 'nope'; choose one of "
-                                         + ", ".join(SAMPLER_NAMES)):
+                                         + ", ".join(SAMPLERS)):
         plan_study(StudyRequest(target="scripted", sampler="nope"))
     with pytest.raises(WorkloadError, match="not a preset of scripted"):
         plan_study(StudyRequest(target="scripted", workload="missing"))
