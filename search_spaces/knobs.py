@@ -10,6 +10,8 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from advisor.errors import ConfigRejectedError
+
 __all__ = ["FlagMapping", "Knob", "KnobType"]
 
 KnobType = Literal["int", "float", "categorical", "bool"]
@@ -77,6 +79,18 @@ class Knob:
             if mapping.matches(engine_version):
                 return mapping.flag
         return None
+
+    def required_flag(self, engine_version: str | None, *, flag_kind: str, release: str) -> str:
+        """:meth:`flag_for`, or :class:`~advisor.errors.ConfigRejectedError` naming the versions
+        the knob does map to: a config that sets a knob its engine release lacks is a rejected
+        config. ``flag_kind`` and ``release`` word the reason in the engine's terms ("vLLM flag",
+        "vLLM" reads "has no vLLM flag in vLLM 0.9")."""
+        flag = self.flag_for(engine_version)
+        if flag is None:
+            ranges = ", ".join(f"{m.flag} ({m.versions or 'any'})" for m in self.flags)
+            raise ConfigRejectedError(f"knob {self.name} has no {flag_kind} in {release} "
+                                      f"{engine_version}; it maps to: {ranges}")
+        return flag
 
     def check_value(self, value: Any, config: Mapping[str, Any]) -> str | None:
         """Return why ``value`` is invalid for this knob, or None when it is valid."""

@@ -205,11 +205,8 @@ def knob_argv(knob: Knob, value: Any, engine_version: str | None) -> list[str]:
 
     Raises :class:`ConfigRejectedError` when the knob has no flag in ``engine_version``.
     """
-    flag = knob.flag_for(engine_version)
-    if flag is None:
-        ranges = ", ".join(f"{m.flag} ({m.versions or 'any'})" for m in knob.flags)
-        raise ConfigRejectedError(f"knob {knob.name} has no llama-server flag in "
-                                  f"llama-cpp-python {engine_version}; it maps to: {ranges}")
+    flag = knob.required_flag(engine_version, flag_kind="llama-server flag",
+                              release="llama-cpp-python")
     if knob.type == "bool":
         return [flag if value else f"--no-{flag[2:]}"]
     if knob.type == "int":

@@ -103,11 +103,8 @@ def server_command(env: Mapping[str, str] | None = None) -> list[str]:
 def _apply_knob(launch: TrtllmLaunch, knob: Knob, value: Any, engine_version: str | None) -> None:
     if not knob.flags:
         return  # a gate knob
-    flag = knob.flag_for(engine_version)
-    if flag is None:
-        ranges = ", ".join(f"{m.flag} ({m.versions or 'any'})" for m in knob.flags)
-        raise ConfigRejectedError(f"knob {knob.name} has no TensorRT-LLM option in version "
-                                  f"{engine_version}; it maps to: {ranges}")
+    flag = knob.required_flag(engine_version, flag_kind="TensorRT-LLM option",
+                              release="version")
     if flag.startswith("--"):
         if knob.type == "bool":
             # click `is_flag` options have no negative form: false is their default, left out.

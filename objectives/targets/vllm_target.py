@@ -134,11 +134,7 @@ def knob_argv(knob: Knob, value: Any, engine_version: str | None) -> list[str]:
     """
     if not knob.flags:
         return []  # a gate: it only switches the knobs after it on or off
-    flag = knob.flag_for(engine_version)
-    if flag is None:
-        ranges = ", ".join(f"{m.flag} ({m.versions or 'any'})" for m in knob.flags)
-        raise ConfigRejectedError(
-            f"knob {knob.name} has no vLLM flag in vLLM {engine_version}; it maps to: {ranges}")
+    flag = knob.required_flag(engine_version, flag_kind="vLLM flag", release="vLLM")
     if knob.type == "bool":
         if not flag.startswith("--"):
             raise SearchSpaceError(f"bool knob {knob.name} needs a --flag, got {flag!r}")
