@@ -2,8 +2,9 @@
 (interactive, standard, throughput) with the recommended knob values, predicted metrics, knob
 importance, and rules of thumb fitted to the measured trials.
 
-Every row is a model-based recommendation (advisor/recommend.py) for the tier's SLO at a measured
-workload, so rows carry the same intervals, evidence and confidence as ``advisor recommend``.
+Every row is a model-based recommendation (advisor/answers/model_based.py) for the tier's SLO at
+a measured workload, so rows carry the same intervals, evidence and confidence as
+``advisor recommend``.
 Each context also carries the measured data of its figures (advisor/sheet_figures.py: latency
 against arrival rate, recall against QPS). Renderers (Markdown, static HTML with inline SVG plots
 drawn by matplotlib) live in knowledge/render.py and knowledge/plots.py.
@@ -17,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from advisor.answers.model_based import ModelRecommendation, RecommendationQuery, recommend
 from advisor.errors import NotFoundError
-from advisor.recommend import ModelRecommendation, RecommendationQuery, recommend
 from advisor.sheet_figures import (
     SERVING_PANELS,
     context_kind,
@@ -181,7 +182,7 @@ def _importance(ctx: ContextModels, config: Mapping[str, Any] | None,
     values around ``config`` (one-at-a-time sensitivity of the surrogate), summing to 1."""
     if config is None or metric not in ctx.metrics:
         return {}
-    from advisor.recommend import _candidates  # same variation rule as the recommender
+    from advisor.answers.model_based import _candidates  # same variation rule as the recommender
     from objectives.registry import get_target
 
     space = get_target(ctx.key.target).space()

@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import optuna
 
 from advisor import __version__, pairing, recovery
+from advisor.answers.headroom import FRESH_BUILD
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
 from advisor.failure_gate import FailureGate
-from advisor.headroom import FRESH_BUILD
 from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
 from advisor.optuna_bridge import (
     DASHBOARD_CONSTRAINTS_KEY,

@@ -6,7 +6,7 @@ which becomes the workload's ``model``: the built-in name when the config has a 
 else the canonical name that spells the shape out, so every trial of it is keyed alike and carries
 its features. For ``recommend``, a shape with no measurement on the asked hardware gets a precise
 answer naming the measured shapes and the ``advisor tune`` command that would measure it (and,
-where shapes measured there can be carried to it, a prediction: advisor/recommend_shape.py).
+where shapes measured there can be carried to it, a prediction: advisor/answers/shapes.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from typing import Any
 
 from advisor.errors import InputError, WorkloadError
 from knowledge import TrialFilter, TrialStatus, TrialStore
-from objectives.llm.shapes import ShapeFeatures, features_of, load_model_config, shape_features
+from objectives.llm.shapes import (
+    ShapeFeatures,
+    display_name,
+    features_of,
+    load_model_config,
+    shape_features,
+)
 from objectives.target import Target
 
 __all__ = ["UnmeasuredShape", "check_takes_model", "describe", "model_option", "shape_option",
@@ -78,16 +84,17 @@ class UnmeasuredShape:
     measured: dict[str, ShapeFeatures | None] = field(default_factory=dict)
     tune_command: str = ""
     #: What else the asker can do (e.g. ask at a rate, for a prediction carried from the
-    #: measured shapes: advisor/recommend_shape.py); appended to the reason.
+    #: measured shapes: advisor/answers/shapes.py); appended to the reason.
     note: str = ""
 
     @property
     def reason(self) -> str:
         where = f"hardware {self.hardware_key}" if self.hardware_key else "any hardware"
         measured = ", ".join(
-            name if f is None else f"{name} ({_count(f.parameters)})"
+            display_name(name) if f is None else f"{display_name(name)} ({_count(f.parameters)})"
             for name, f in self.measured.items()) or "none"
-        return (f"no measurements of shape {self.shape.name} with {self.target} on {where}; "
+        return (f"no measurements of shape {display_name(self.shape.name)} with {self.target} on "
+                f"{where}; "
                 f"measured shapes: {measured}; run: {self.tune_command}"
                 + (f"; {self.note}" if self.note else ""))
 

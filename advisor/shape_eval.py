@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from advisor.recommend_shape import measured_shape, shape_groups
+from advisor.answers.shapes import measured_shape, shape_groups
 from knowledge import TrialStore
 from knowledge.shape_transfer import CANDIDATE_FEATURES, ShapeTransfer, leave_one_shape_out
 from objectives.registry import get_target

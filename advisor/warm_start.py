@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.answers.model_based import RecommendationQuery, recommend
 from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_agrees
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
-from advisor.recommend import RecommendationQuery, recommend
 from advisor.settings import Settings
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache

@@ -1,6 +1,6 @@
 """The API's one adapter to the knowledge layer (fitted models, recommender, cheat-sheet).
 
-Every call into ``advisor.recommend`` / ``advisor.cheatsheet`` / ``knowledge.cache`` goes through
+Every call into ``advisor.answers`` / ``advisor.cheatsheet`` / ``knowledge.cache`` goes through
 :class:`Knowledge`, so a change of their interface is absorbed here. It holds the fitted models
 (one :class:`~knowledge.cache.ModelCache`), the built cheat-sheets and recent answers in memory.
 At most every ``refresh_interval_s`` it asks the store whether trials were added (one aggregate
@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from advisor.answers import RecommendationRequest, plan_recommendation
 from advisor.cheatsheet import CheatSheet, build_cheatsheet, knob_value
 from advisor.errors import (
     AdvisorError,
@@ -31,14 +32,9 @@ from advisor.errors import (
     UnknownTargetError,
     WorkloadError,
 )
-from advisor.model_config import check_takes_model
-from advisor.recommend import RecommendationQuery, recommend
-from advisor.recommend_shape import answer_unmeasured_shape
-from api.schemas import CheatSheetValuePublic, RecommendationPublic
+from api.schemas import CheatSheetValuePublic
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache, data_key
-from objectives.llm.shapes import ShapeFeatures, features_of, fields_text, parse_config
-from objectives.registry import get_target
 
 __all__ = ["Knowledge"]
 
@@ -65,9 +61,9 @@ class Knowledge:
         self._warm_error: AdvisorError | None = None
         self._sheets: OrderedDict[tuple[Any, ...], CheatSheet] = OrderedDict()
         self._answers: OrderedDict[tuple[str, str], bytes | AdvisorError] = OrderedDict()
-        #: Unmeasured-shape answers with the store version they were computed on.
-        self._shape_answers: OrderedDict[tuple[str, str], tuple[Any, bytes | None]] = (
-            OrderedDict())
+        #: Answers that need no fitted models, with the store version they were computed on.
+        self._direct_answers: OrderedDict[tuple[str, str], tuple[Any, bytes]] = OrderedDict()
+        self._failure_dir = cache_dir
 
     # cache -----------------------------------------------------------------------------------
 
@@ -189,45 +185,32 @@ class Knowledge:
         return self._cached("recommend", query)
 
     def recommend(self, query: Mapping[str, Any]) -> bytes:
-        """The answer to one SLO question (the fields of ``RecommendationCreate``) as
-        ``RecommendationPublic`` JSON. With ``hf_config`` (a Hugging Face config's fields) the
-        shape it describes is the model; a shape no trial measured on the asked hardware is
-        answered from the measured shapes (``advisor/recommend_shape.py``), as the CLI's
-        ``recommend --model-config`` does."""
-        given = _shape_of(query)
-        shape = None if given is None else given[0]
-        if given is not None and (answer := self._shape_answer(query, *given)) is not None:
+        """The answer to one SLO question (the fields of ``RecommendationRequest``) as the
+        answer document's JSON, planned by ``advisor.answers.plan_recommendation`` exactly as
+        the CLI plans it. A question that needs no fitted models (``measured``, or a shape never
+        measured on the hardware) is answered at once, even while the models are fitted; it is
+        cached until the store gains trials."""
+        request = RecommendationRequest.model_validate(dict(query))
+        if request.measured or request.hf_config is not None:
+            version = data_key(self.store)
+            cache_key = ("recommend-direct", _key(query))
+            with self._lock:
+                hit = self._direct_answers.get(cache_key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+            answer = plan_recommendation(self.store, request, models=self.models,
+                                         cache_dir=self._failure_dir).to_json_bytes()
+            with self._lock:
+                self._direct_answers[cache_key] = (version, answer)
+                while len(self._direct_answers) > _MAX_ANSWERS:
+                    self._direct_answers.popitem(last=False)
             return answer
-        q = RecommendationQuery(target=query["target"], slo=query["slo"],
-                                hardware=query.get("hardware"),
-                                model=query.get("model") if shape is None else shape.name,
-                                workload=dict(query.get("workload") or {}),
-                                objective=query.get("objective"),
-                                model_shape=None if shape is None else shape.to_dict())
 
         def compute(models: KnowledgeModels) -> bytes:
-            return _public(recommend(self.store, q, models=models).to_dict())
+            return plan_recommendation(self.store, request, models=models,
+                                       cache_dir=self._failure_dir).to_json_bytes()
 
         return self._answer("recommend", query, compute)
-
-    def _shape_answer(self, query: Mapping[str, Any], shape: ShapeFeatures,
-                      fields: str) -> bytes | None:
-        """The answer for a shape no trial of the target measured on the asked hardware, or
-        None when it was measured (the fitted models answer then). It needs no fitted models,
-        so a fresh service answers it at once; it is cached until the store gains trials."""
-        version = data_key(self.store)
-        cache_key = ("recommend-shape", _key(query))
-        with self._lock:
-            hit = self._shape_answers.get(cache_key)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-        raw = _unmeasured_shape_answer(self.store, query, shape, fields)
-        answer = None if raw is None else _public(raw)
-        with self._lock:
-            self._shape_answers[cache_key] = (version, answer)
-            while len(self._shape_answers) > _MAX_ANSWERS:
-                self._shape_answers.popitem(last=False)
-        return answer
 
     # cheat-sheet -----------------------------------------------------------------------------
 
@@ -280,53 +263,3 @@ def _json(model: type[BaseModel], data: dict[str, Any]) -> bytes:
     return model.model_validate(data).model_dump_json().encode()
 
 
-def _public(raw: dict[str, Any]) -> bytes:
-    """A recommender's answer (``to_dict()``) as ``RecommendationPublic`` JSON."""
-    return _json(RecommendationPublic, {
-        "status": raw["status"], "answer": raw.get("answer", "none"),
-        "baseline": raw.get("baseline"), "basis": raw.get("basis", "model"),
-        "target": raw["target"], "slo": raw["slo"], "objective": raw.get("objective"),
-        "config": raw.get("config"), "predicted": raw.get("predicted") or {},
-        "evidence": raw.get("evidence"), "launch_command": raw.get("launch_command"),
-        "confidence": raw.get("confidence"),
-        "borrowed_workload": raw.get("borrowed_workload"),
-        "quality_headroom": raw.get("quality_headroom") or {},
-        "tune_command": raw.get("tune_command"),
-        "message": raw.get("confidence_reason"), "raw": raw,
-    })
-
-
-def _shape_of(query: Mapping[str, Any]) -> tuple[ShapeFeatures, str] | None:
-    """The shape ``hf_config`` describes and its shape-deciding fields as ``KEY=VALUE,...``
-    text (None without it); a config naming another shape than ``model`` is refused
-    (:class:`WorkloadError`, 422), as the CLI refuses the pair."""
-    fields = query.get("hf_config")
-    if fields is None:
-        return None
-    check_takes_model(get_target(query["target"]), "`hf_config`")
-    config = parse_config(fields, where="hf_config")
-    shape = features_of(config)
-    model = query.get("model")
-    if model is not None and model != shape.name:
-        raise WorkloadError(f"`model` {model} and `hf_config` name different shapes (the "
-                            f"config is {shape.name}); give one of them")
-    return shape, fields_text(config)
-
-
-def _unmeasured_shape_answer(store: TrialStore, query: Mapping[str, Any],
-                             shape: ShapeFeatures, fields: str) -> dict[str, Any] | None:
-    """The answer for a shape no complete trial of the target measured on the asked hardware
-    (carried from the measured shapes, or why not), or None when it was measured (then the
-    fitted models answer). The ``advisor tune`` command it names spells the config out as
-    ``--model-config KEY=VALUE,...`` ``fields``, runnable without the file."""
-    workload = {k: v for k, v in (query.get("workload") or {}).items()
-                if isinstance(v, int | float) and not isinstance(v, bool)}
-    answer = answer_unmeasured_shape(
-        store, target=query["target"], hardware=query.get("hardware"), shape=shape,
-        model_config=fields, slo=query["slo"], objective=query.get("objective"),
-        workload=workload)
-    if answer is None:
-        return None
-    raw = {"slo": query["slo"], "objective": query.get("objective"), **answer.to_dict()}
-    raw.setdefault("confidence_reason", raw.get("reason"))
-    return raw

@@ -7,8 +7,9 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor.answers import Answer, RecommendationRequest
 from advisor.errors import InputError
-from advisor.inputs import LABEL_PATTERN, MAX_TRIALS, STUDY_NAME_PATTERN, check_numbers
+from advisor.inputs import MAX_TRIALS, STUDY_NAME_PATTERN, check_numbers
 from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
 from advisor.settings import check_paired_repeats
 
@@ -71,94 +72,22 @@ class Page(BaseModel, Generic[T]):
 # recommendations ------------------------------------------------------------------------------
 
 
-class RecommendationCreate(BaseModel):
-    """An SLO and the context it must hold in."""
+#: The recommendation request and answer are the planner's own (advisor/answers/): the CLI and
+#: REST share them, so `advisor recommend --json` and the API return the same document.
+RecommendationPublic = Answer
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+
+class RecommendationCreate(RecommendationRequest):
+    """An SLO and the context it must hold in (the planner's request, with examples)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
         {"target": "faiss", "slo": "p95_latency_ms<=0.25,recall_at_10>=0.95",
          "objective": "maximize:qps", "hardware": "cpu"},
         {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
-         "model": "llama-3-8b", "workload": {"class": "chat", "rate_rps": 8}},
+         "model": "llama-3-8b", "workload": {"class": "chat", "rate_rps": 60}},
         {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
-         "hf_config": {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
-                       "num_hidden_layers": 28, "num_attention_heads": 28,
-                       "num_key_value_heads": 4, "vocab_size": 152064,
-                       "max_position_embeddings": 32768, "torch_dtype": "bfloat16"},
-         "workload": {"class": "chat", "rate_rps": 30}},
+         "model": "llama-3-8b", "workload": {"rate_rps": 60}, "measured": True},
     ]})
-
-    target: str = Field(min_length=1, max_length=64, pattern=_NAME,
-                        description="a registered target (`GET /v1/targets`)")
-    slo: str = Field(min_length=1, max_length=500,
-                     description="bounds to meet, `metric<=x` / `metric>=x`, comma-separated")
-    objective: str | None = Field(default=None, max_length=80,
-                                  description="`maximize:METRIC` or `minimize:METRIC`; default "
-                                              "the target's")
-    hardware: str | None = Field(default=None, max_length=200, pattern=LABEL_PATTERN,
-                                 description="hardware key or part of it (`h200`, `cpu`); "
-                                             "default any")
-    model: str | None = Field(default=None, max_length=200, pattern=LABEL_PATTERN,
-                              description="LLM model shape")
-    workload: dict[str, Any] = Field(default_factory=dict, max_length=32,
-                                     description="workload class and parameters, e.g. "
-                                                 '`{"class": "chat", "rate_rps": 8}`')
-    hf_config: dict[str, Any] | None = Field(
-        default=None, max_length=200,
-        description="LLM targets: the fields of a Hugging Face `config.json` (the JSON object "
-                    "itself) of a dense decoder, instead of or beside `model`: its shape is the "
-                    "model. A shape never measured on the asked hardware is answered from the "
-                    "measured shapes' load curves, labelled `basis: extrapolation` with widened "
-                    "intervals, or `not_covered` with the reason and the `advisor tune` command")
-
-    @field_validator("workload")
-    @classmethod
-    def _workload_numbers(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _bounded(value, "workload")
-
-    @field_validator("hf_config")
-    @classmethod
-    def _config_numbers(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if value is None else _bounded(value, "hf_config")
-
-
-class RecommendationPublic(BaseModel):
-    """The answer: a config with predicted metrics and evidence, or why there is none."""
-
-    status: Literal["recommended", "no_feasible_config", "not_covered"]
-    answer: Literal["config", "keep_defaults", "none"] = Field(
-        default="none", description="`config`: apply `config`; `keep_defaults`: the engine "
-                                    "default meets the SLO and no candidate beats it beyond the "
-                                    "noise, so `config` is the engine default (see `baseline`); "
-                                    "`none`: nothing recommended")
-    baseline: dict[str, Any] | None = Field(
-        default=None, description="the best candidate against the engine default at this "
-                                  "workload: `basis` (paired / default_repeats / margin / ...), "
-                                  "`reason`, the default's figures, `gain` and `threshold`")
-    basis: str = Field(description="`model` (fitted models over stored trials), `measured` "
-                                   "(best measured trial only, no prediction) or "
-                                   "`extrapolation` (an unmeasured model shape, predicted from "
-                                   "the measured shapes; `raw` has its position and the "
-                                   "held-out-shape errors)")
-    target: str
-    slo: str
-    objective: str | None = None
-    config: dict[str, Any] | None = None
-    predicted: dict[str, Any] = Field(default_factory=dict,
-                                      description="metric -> {value, low, high}")
-    evidence: Any = None
-    launch_command: str | None = None
-    confidence: Any = None
-    borrowed_workload: Any = None
-    quality_headroom: dict[str, Any] = Field(
-        default_factory=dict,
-        description="per quality bound whose metric can differ between builds of one config: "
-                    "the margin kept on it (`headroom`), whether it was `measured`, and from "
-                    "how many rebuilt configs and builds (`basis`)")
-    tune_command: str | None = Field(default=None, description="the `advisor tune` command "
-                                                               "that would cover the question")
-    message: str | None = None
-    raw: dict[str, Any] = Field(default_factory=dict,
-                                description="the recommender's full answer")
 
 
 class CheatSheetValuePublic(BaseModel):

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from advisor.recommend import RecommendationQuery, recommend
+from advisor.answers.model_based import RecommendationQuery, recommend
 from knowledge import TrialStore
 from knowledge.cache import ModelCache
 from knowledge.transfer import import_shipped_knowledge

@@ -46,7 +46,8 @@ class Target(ABC):
     install_hint: ClassVar[str]
     #: Quality metrics that can differ between two builds of one config (a graph index filled by
     #: several threads in a different order each time). Recommendations keep a headroom on their
-    #: SLO bounds, measured from rebuilds of the same config (advisor/headroom.py). Empty: the
+    #: SLO bounds, measured from rebuilds of the same config (advisor/answers/headroom.py).
+    #: Empty: the
     #: target's quality is fixed by the config and the data.
     rebuild_varying_metrics: ClassVar[frozenset[str]] = frozenset()
     #: Whether :meth:`run` may reuse a build of the config it made for an earlier trial (a build

@@ -1,7 +1,7 @@
 """Rendering for the ``advisor`` command line: numbers and configs as people read them, tables on
 a terminal, on one line per row (``--wide``) or as CSV, JSON output, and the engine-default
 comparisons (a study's paired comparison, advisor/paired.py; a recommendation's verdict against
-the default, advisor/baseline.py).
+the default, advisor/answers/versus_default.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from advisor.baseline import DefaultComparison
+from advisor.answers.versus_default import DefaultComparison
 
 __all__ = ["TableFormat", "baseline_text", "compact_config", "emit_table", "features_text",
            "fmt_value", "miss_text", "paired_table", "print_json", "table_format"]

@@ -34,10 +34,27 @@ import yaml
 
 from advisor.errors import WorkloadError
 
-__all__ = ["ARCHITECTURES", "KV_DTYPE_BYTES", "MODEL_SHAPES", "N_SPECIAL_TOKENS", "ShapeFeatures",
-           "config_from_name", "features_of", "fields_text", "is_canonical_name",
-           "load_model_config", "model_config", "parameter_count", "parse_config",
-           "shape_features", "shape_name"]
+__all__ = [
+    "ARCHITECTURES",
+    "KV_DTYPE_BYTES",
+    "MODEL_SHAPES",
+    "N_SPECIAL_TOKENS",
+    "PUBLISHED_MODELS",
+    "ShapeFeatures",
+    "checkpoint_id",
+    "config_from_name",
+    "display_name",
+    "features_of",
+    "fields_text",
+    "is_canonical_name",
+    "load_model_config",
+    "model_config",
+    "model_key",
+    "parameter_count",
+    "parse_config",
+    "shape_features",
+    "shape_name",
+]
 
 #: The special tokens of the model directories' tokenizer (objectives/llm/models.py): PAD_TOKEN=0,
 #: <s>=1, </s>=2; a vocabulary must have room beyond them.
@@ -440,6 +457,39 @@ MODEL_SHAPES: dict[str, dict[str, Any]] = _ShapeTable({
                    "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 8192,
                    "rope_theta": 500000.0, "tie_word_embeddings": False},
 })
+
+
+#: Published models whose shapes are not built in: trials of them are keyed by the canonical
+#: shape name, and users call them by these names. Name -> (checkpoint id, canonical name).
+PUBLISHED_MODELS: dict[str, tuple[str, str]] = {
+    # meta-llama/Llama-3.2-3B's published config.json (docs/examples/model-configs/).
+    "llama-3.2-3b": ("meta-llama/Llama-3.2-3B",
+                     "llama-h3072-i8192-l28-a24-kv8-v128256-ctx131072-tied"),
+}
+#: Built-in shapes' checkpoints.
+_BUILTIN_CHECKPOINTS = {"llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+                        "llama-3.2-1b": "meta-llama/Llama-3.2-1B"}
+
+
+def model_key(name: str) -> str:
+    """The name trials of the model ``name`` are keyed by: a published model's canonical shape
+    name, else ``name`` itself (a built-in or canonical shape name, or a path)."""
+    return PUBLISHED_MODELS[name][1] if name in PUBLISHED_MODELS else name
+
+
+def display_name(key: str) -> str:
+    """The name a user knows the model keyed ``key`` by (the published name of a canonical
+    shape, else ``key``): answers show it, never the internal key."""
+    return next((name for name, (_, canonical) in PUBLISHED_MODELS.items() if canonical == key),
+                key)
+
+
+def checkpoint_id(key: str) -> str | None:
+    """The published checkpoint of the model keyed ``key`` (None for a shape without one)."""
+    if key in _BUILTIN_CHECKPOINTS:
+        return _BUILTIN_CHECKPOINTS[key]
+    return next((ckpt for name, (ckpt, canonical) in PUBLISHED_MODELS.items()
+                 if key in (name, canonical)), None)
 
 
 def model_config(shape: str) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from objectives.llm.serving_target import (
     shared_space,
     validation_errors,
 )
+from objectives.llm.shapes import checkpoint_id
 from objectives.metrics import LLM_SERVING, WEIGHTS
 from objectives.target import checked_config
 from objectives.targets.vllm_bench import VllmBenchServe
@@ -347,8 +348,8 @@ class VllmTarget(ServingTarget):
         args = ["vllm", "serve", "MODEL"]
         if (shaped := self.command_model(workload)) is not None:
             model, max_model_len = shaped
-            if model.shape in HF_MODELS:
-                args = ["vllm", "serve", HF_MODELS[model.shape]]
+            if model.shape is not None and checkpoint_id(model.shape) is not None:
+                args = ["vllm", "serve", str(checkpoint_id(model.shape))]
             elif model.shape is not None:
                 args = ["vllm", "serve", f"models/{model.shape}", "--load-format", "dummy",
                         "--tokenizer", str(model.tokenizer_path)]

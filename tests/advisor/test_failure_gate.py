@@ -16,13 +16,13 @@ import pytest
 from optuna.trial import TrialState
 
 import advisor.driver as driver_module
+from advisor.answers.model_based import RecommendationQuery, recommend
 from advisor.cli import main
 from advisor.driver import StudyDriver, StudySpec, failure_streak, optuna_storage
 from advisor.errors import StudyError
 from advisor.failure_gate import FailureGate, failure_model
 from advisor.isolation import TrialOutcome
 from advisor.objective import Objective
-from advisor.recommend import RecommendationQuery, recommend
 from advisor.settings import Settings
 from knowledge import TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels

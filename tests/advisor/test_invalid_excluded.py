@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.answers.model_based import RecommendationQuery, recommend, recommend_measured
 from advisor.cheatsheet import build_cheatsheet
 from advisor.driver import StudyDriver
 from advisor.objective import Objective
-from advisor.recommend import RecommendationQuery, recommend, recommend_measured
 from advisor.settings import Settings
 from advisor.sweeps.spec import CellSpec
 from advisor.sweeps.warmstart import best_measured

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from advisor.baseline import KEEP_DEFAULTS_MARGIN, decide
-from advisor.cheatsheet import build_cheatsheet, knob_value
-from advisor.objective import Objective
-from advisor.paired import Repeat, compare
-from advisor.pairing import PROVENANCE_KEY
-from advisor.recommend import (
+from advisor.answers.model_based import (
     ModelRecommendation,
     Recommendation,
     RecommendationQuery,
     recommend,
     recommend_measured,
 )
+from advisor.answers.versus_default import KEEP_DEFAULTS_MARGIN, decide
+from advisor.cheatsheet import build_cheatsheet, knob_value
+from advisor.objective import Objective
+from advisor.paired import Repeat, compare
+from advisor.pairing import PROVENANCE_KEY
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from objectives import parse_slo

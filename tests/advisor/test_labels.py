@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from advisor.answers.model_based import _tune_command
 from advisor.errors import InputError
 from advisor.inputs import check_label
 from advisor.objective import Objective
-from advisor.recommend import _tune_command
 from objectives import parse_slo
 from tests.advisor.test_driver import _spec
 

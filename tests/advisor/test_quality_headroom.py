@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.answers.headroom import FRESH_BUILD, Headroom, margins_with_headroom, measured_headroom
+from advisor.answers.model_based import RecommendationQuery, recommend, recommend_measured
 from advisor.driver import StudyDriver, StudySpec
-from advisor.headroom import FRESH_BUILD, Headroom, margins_with_headroom, measured_headroom
 from advisor.objective import Objective
-from advisor.recommend import RecommendationQuery, recommend, recommend_measured
 from advisor.settings import Settings
 from knowledge import TrialRecord, TrialStatus, TrialStore
 from objectives import parse_slo

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.recommend import ModelRecommendation, RecommendationQuery, recommend
+from advisor.answers.model_based import ModelRecommendation, RecommendationQuery, recommend
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 
@@ -105,7 +105,7 @@ def test_the_default_matches_its_trials_from_before_and_after_a_knob_was_added()
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from advisor.recommend import _default_as_measured
+    from advisor.answers.model_based import _default_as_measured
 
     default = {"a": 1, "b": 0.5, "c": "x", "added": 1}
     old = {"a": 1, "b": 0.5, "c": "x"}

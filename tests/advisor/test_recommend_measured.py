@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from advisor.answers.model_based import Recommendation, recommend_measured, trial_model
 from advisor.objective import Objective
-from advisor.recommend import Recommendation, recommend_measured, trial_model
 from knowledge import StudyRecord, TrialRecord, TrialStore
 from objectives import parse_slo
 from objectives.workload import Workload, canonical_json

@@ -1,4 +1,4 @@
-"""``recommend --model-config`` for a shape never measured on the H200 (advisor/recommend_shape.py):
+"""``recommend --model-config`` for a shape never measured on the H200 (advisor/answers/shapes.py):
 Qwen2.5-7B is answered from the three shipped shapes, labelled a prediction for an unmeasured
 shape with intervals widened by the held-out-shape error; Llama-3.1-70B is refused because its
 weights do not fit one H200; a rate above the predicted capacity is refused with that capacity."""

@@ -9,12 +9,12 @@ import shlex
 import pytest
 import typer
 
+from advisor.answers.model_based import _tune_command
 from advisor.cli import app
 from advisor.cli.context import parse_workload as _resolve_workload
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from advisor.presets import check_model
-from advisor.recommend import _tune_command
 from objectives import parse_slo
 from objectives.llm.workload import KIND as LLM_KIND
 from objectives.llm.workload import LLMWorkloadSpec

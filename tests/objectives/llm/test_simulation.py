@@ -96,7 +96,7 @@ def test_the_blend_answers_as_the_geometric_mean_where_chosen(trials: list) -> N
 
 def test_an_answer_says_its_figures_are_blended_and_quotes_the_blends_error(
         trials: list) -> None:
-    from advisor.recommend import _curve_notes, _curve_quality
+    from advisor.answers.model_based import _curve_notes, _curve_quality
     from knowledge.surrogates import context_of, fit_context
 
     ctx = fit_context(context_of(trials[0]), trials, score=False)
@@ -125,7 +125,7 @@ def test_an_unmeasured_config_of_a_measured_class_blends_the_knob_level_answer(
     places it from the measured config, so its blended figures (TPOT p95 here) are the
     knob-level answer's geometric mean with the simulator's, inside the knob-level interval's
     wider log half-width; the rest are the knob-level answer."""
-    from advisor.recommend import _curve_notes
+    from advisor.answers.model_based import _curve_notes
     from knowledge.surrogates import context_of, fit_context
 
     ctx = fit_context(context_of(trials[0]), trials, score=False)

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from advisor.answers.headroom import bound_margin
+from advisor.answers.model_based import PredictedMetric, Status, trial_model
 from advisor.errors import AdvisorError, SLOParseError
-from advisor.headroom import bound_margin
 from advisor.inputs import requested_slo
 from advisor.model_config import UnmeasuredShape, unmeasured_shape
 from advisor.objective import Objective
-from advisor.recommend import PredictedMetric, Status, trial_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.shape_transfer import (
     MIN_SHAPES,

@@ -160,7 +160,8 @@ def decide(*, objective: Objective, slo: SLO, candidate_config: Mapping[str, Any
            paired: PairedComparison | None = None, default_figures_basis: str | None = None,
            default_source: str | None = None, default_trials: Sequence[int] = (),
            default_objective: float | None = None,
-           equal_because: str | None = None) -> DefaultComparison:
+           equal_because: str | None = None,
+           default_verdict: str | None = None) -> DefaultComparison:
     """The verdict of a candidate against the engine default (see the module docstring).
 
     ``default_meets_slo`` is ``None`` when the default was neither measured nor predicted;
@@ -168,7 +169,8 @@ def decide(*, objective: Objective, slo: SLO, candidate_config: Mapping[str, Any
     ``default_objective`` is the default's objective the gain is computed from (default: its
     figure in ``default_figures``; the model path passes the prediction, like the candidate's).
     ``equal_because``: why the caller gave both configs the same objective (the reason then
-    says so rather than quote a gain of +0.0 %).
+    says so rather than quote a gain of +0.0 %). ``default_verdict``: the one rule's verdict
+    on the default in words (advisor/answers/rule.py), quoted when it decides.
     """
     common: dict[str, Any] = {
         "default_config": None if default_config is None else dict(default_config),
@@ -186,8 +188,9 @@ def decide(*, objective: Objective, slo: SLO, candidate_config: Mapping[str, Any
                                  "this hardware, so the candidate is not compared with it",
                                  **common)
     if not default_meets_slo:
+        said = default_verdict or f"misses the SLO {slo}"
         return DefaultComparison("config", "default_misses_slo",
-                                 f"the engine default misses the SLO {slo}", **common)
+                                 f"the engine default {said}", **common)
     metric = objective.metric
     cand = candidate_figures.get(metric)
     dflt = default_figures.get(metric) if default_objective is None else default_objective

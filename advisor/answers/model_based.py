@@ -25,17 +25,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from advisor.baseline import (
-    Answer,
-    DefaultComparison,
-    decide,
-    default_trials_for,
-    mean_figures,
-    paired_between,
+from advisor.answers.document import Figure
+from advisor.answers.headroom import (
+    Headroom,
+    bound_margin,
+    margins_with_headroom,
+    measured_headroom,
 )
+from advisor.answers.rule import Verdict, measured_figures, measured_verdict, predicted_verdict
+from advisor.answers.versus_default import Answer, DefaultComparison, decide, paired_between
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
 from advisor.failure_gate import failure_model
-from advisor.headroom import Headroom, bound_margin, margins_with_headroom, measured_headroom
 from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
@@ -90,15 +90,26 @@ class Recommendation:
     #: ``config`` (``trial`` is the best measured config), ``keep_defaults`` (``trial`` is the
     #: engine default: it meets the SLO and the best is not better beyond the noise) or ``none``.
     answer: Answer = "none"
-    #: The best config against the engine default under the same workload (advisor/baseline.py).
+    #: The best config against the engine default under the same workload
+    #: (advisor/answers/versus_default.py).
     baseline: DefaultComparison | None = None
     model: str | None = None
     workload: dict[str, float] = field(default_factory=dict)
     borrowed_workload: dict[str, Any] | None = None
     reason: str | None = None
     #: The margin kept on each quality bound whose metric can differ between builds of one
-    #: config (advisor/headroom.py): a trial meets the SLO only with that margin to spare.
+    #: config (advisor/answers/headroom.py): a trial meets the SLO only with that margin to spare.
     quality_headroom: dict[str, Headroom] = field(default_factory=dict)
+    #: The answered config's windows at the workload (``trial`` is the one with the median
+    #: objective among them), its verdict and figures by the one rule; the default's likewise.
+    windows: tuple[TrialRecord, ...] = ()
+    verdict: Verdict | None = None
+    figures: dict[str, Figure] = field(default_factory=dict)
+    default_windows: tuple[TrialRecord, ...] = ()
+    default_verdict: Verdict | None = None
+    default_figures: dict[str, Figure] = field(default_factory=dict)
+    configs_considered: int = 0
+    configs_meeting_slo: int = 0
 
     @property
     def found(self) -> bool:
@@ -166,8 +177,8 @@ def _nearest_workload(trials: list[TrialRecord], asked: Mapping[str, float]
 
 def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: Objective,
                        hardware_key: str | None = None, workload_hash: str | None = None,
-                       model: str | None = None, workload: Mapping[str, Any] | None = None
-                       ) -> Recommendation:
+                       model: str | None = None, workload: Mapping[str, Any] | None = None,
+                       launch_model: str | None = None) -> Recommendation:
     """The best measured trial of ``target`` meeting ``slo`` by ``objective``.
 
     The evidence is narrowed the way the model-based path narrows it: ``hardware_key`` (part of
@@ -200,30 +211,81 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     usable, borrowed = _nearest_workload(usable, asked)
     headroom = measured_headroom(usable, _rebuild_varying(engine, slo))
     answer = replace(answer, quality_headroom=headroom)
-    best: TrialRecord | None = None
-    closest: TrialRecord | None = None
-    closest_violation = float("inf")
-    feasible = 0
+    metrics = list(dict.fromkeys([objective.metric, *slo.metrics]))
+    # One group of windows per config (the same config measured at this workload several
+    # times), judged by the one rule; the default is found by its config, whatever role its
+    # trials were recorded with.
+    groups: dict[str, list[TrialRecord]] = {}
     for t in usable:
-        margins = margins_with_headroom(slo, t.metrics, headroom)
-        if all(m <= 0 for m in margins.values()):
-            feasible += 1
-            if best is None or objective.is_better(float(t.metrics[objective.metric]),
-                                                   float(best.metrics[objective.metric])):
-                best = t
-        elif (violation := _violation(margins)) < closest_violation:
-            closest, closest_violation = t, violation
-    answer = replace(answer, considered=len(usable), feasible_count=feasible,
-                     borrowed_workload=borrowed)
-    if best is not None:
-        launch = engine.launch_command(best.config, Workload.from_spec(best.workload_spec))
-        return _versus_default(store, engine, replace(
-            answer, trial=best, margins=margins_with_headroom(slo, best.metrics, headroom),
-            launch_command=launch, default_trial=_engine_default_for(usable, best)))
-    return replace(answer, closest=closest,
-                   closest_margins=(margins_with_headroom(slo, closest.metrics, headroom)
-                                    if closest else {}),
-                   tune_command=tune, reason=_untunable(model).removeprefix("; ") or None)
+        groups.setdefault(_config_key(t.config), []).append(t)
+    default_key = _default_key(list(groups), _space(target).default_config(),
+                               {k: len(v) for k, v in groups.items()})
+    judged = {k: measured_verdict(slo, [t.metrics for t in g], headroom, [t.id or 0 for t in g])
+              for k, g in groups.items()}
+    figures = {k: _measured_figures(g, metrics) for k, g in groups.items()}
+    meeting = [k for k in groups if judged[k].meets]
+    answer = replace(answer, considered=len(usable), borrowed_workload=borrowed,
+                     feasible_count=sum(judged[k].windows_met for k in groups),
+                     configs_considered=len(groups), configs_meeting_slo=len(meeting))
+    if default_key is not None:
+        answer = replace(answer, default_windows=tuple(groups[default_key]),
+                         default_verdict=judged[default_key],
+                         default_figures=figures[default_key],
+                         default_trial=_median_window(groups[default_key], objective))
+    if not meeting:
+        def violation(k: str) -> float:
+            return _violation(judged[k].margins) if judged[k].margins else float("inf")
+        nearest = min(groups, key=violation) if groups else None
+        closest = None if nearest is None else _median_window(groups[nearest], objective)
+        return replace(answer, closest=closest,
+                       closest_margins=judged[nearest].margins if nearest else {},
+                       tune_command=tune, reason=_untunable(model).removeprefix("; ") or None)
+    sign = 1.0 if objective.direction == "maximize" else -1.0
+    best_key = max(meeting, key=lambda k: (sign * figures[k][objective.metric].value
+                                           if objective.metric in figures[k] else -math.inf,
+                                           len(groups[k])))
+    best = _median_window(groups[best_key], objective)
+    launch = engine.launch_command(best.config, _launch_workload(best, launch_model))
+    answer = replace(answer, trial=best, margins=judged[best_key].margins, launch_command=launch,
+                     windows=tuple(groups[best_key]), verdict=judged[best_key],
+                     figures=figures[best_key])
+    return _versus_default(store, engine, answer, default_key=default_key,
+                           groups=groups, figures=figures, launch_model=launch_model)
+
+
+def _launch_workload(trial: TrialRecord, launch_model: str | None) -> Workload:
+    """``trial``'s workload, serving ``launch_model`` when given."""
+    spec = dict(trial.workload_spec)
+    if launch_model is not None:
+        spec["params"] = {**(spec.get("params") or {}), "model": launch_model}
+    return Workload.from_spec(spec)
+
+
+def _measured_figures(windows: list[TrialRecord], metrics: list[str]) -> dict[str, Figure]:
+    return {m: Figure(value=v, low=lo, high=hi, basis="measured", windows=n)
+            for m, (v, lo, hi, n) in measured_figures([t.metrics for t in windows],
+                                                      metrics).items()}
+
+
+def _median_window(windows: list[TrialRecord], objective: Objective) -> TrialRecord:
+    """The window whose objective is the median of the group's (the latest among equals)."""
+    ordered = sorted(windows, key=lambda t: (float(t.metrics.get(objective.metric, math.nan)
+                                                   if isinstance(t.metrics.get(objective.metric),
+                                                                 int | float) else math.inf),
+                                             t.id or 0))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _default_key(keys: list[str], default: Mapping[str, Any], counts: Mapping[str, int]
+                 ) -> str | None:
+    """Which of the stored configs (canonical keys) is the engine default: every knob it sets
+    has its default value (a knob it lacks was added to the space after it was measured, or is
+    inactive under a condition knob); of several such forms, the one with most windows."""
+    import json
+    forms = [k for k in keys if all(
+        knob in default and _config_key({knob: value}) == _config_key({knob: default[knob]})
+        for knob, value in json.loads(k).items())]
+    return max(forms, key=lambda k: counts[k]) if forms else None
 
 
 #: Per fitted context (``id`` and a weak reference, so a refitted context is never mistaken for
@@ -276,52 +338,51 @@ def _untunable(model: str | None) -> str:
             "tune it from a local model directory holding its config.json (--model DIR)")
 
 
-def _engine_default_for(trials: list[TrialRecord], best: TrialRecord | None
-                        ) -> TrialRecord | None:
-    """The engine-default trial measured on the same workload as ``best``, for comparison."""
-    if best is None:
-        return None
-    return next((t for t in reversed(trials) if t.details.get("role") == "engine-default"
-                 and t.workload_hash == best.workload_hash), None)
-
-
-
-
-def _versus_default(store: TrialStore, engine: Target, answer: Recommendation
-                    ) -> Recommendation:
-    """``answer`` (a measured best) compared with the engine default measured under the same
-    workload (advisor/baseline.py): the default of the best's study, else one with the same
-    workload hash on the same hardware. When the default meets the SLO and the best is not
-    better beyond the noise, the answer is the default itself (``keep_defaults``)."""
+def _versus_default(store: TrialStore, engine: Target, answer: Recommendation, *,
+                    default_key: str | None, groups: Mapping[str, list[TrialRecord]],
+                    figures: Mapping[str, dict[str, Figure]],
+                    launch_model: str | None = None) -> Recommendation:
+    """``answer`` (the best measured config) against the engine default's windows at the same
+    workload (advisor/answers/versus_default.py), the default judged by the same rule as the best.
+    When the
+    default meets the SLO and the best is not better beyond the noise, the answer is the
+    default itself (``keep_defaults``)."""
     best = answer.trial
     assert best is not None
-    defaults, source = default_trials_for(store, best, _space(answer.target).default_config())
-    # The study's own first trial represents the default; its config is what was measured.
-    defaults.sort(key=lambda t: (t.details.get("role") != "engine-default", t.id or 0))
-    default = defaults[0] if defaults else None
     metrics = list(dict.fromkeys([answer.objective.metric, *answer.slo.metrics]))
-    figures = mean_figures([t.metrics for t in defaults], metrics)
+    defaults = list(groups[default_key]) if default_key is not None else []
+    default = answer.default_trial
+    default_figures = ({m: f.value for m, f in figures[default_key].items()}
+                       if default_key is not None else {})
+    best_key = _config_key(best.config)
     verdict = decide(
         objective=answer.objective, slo=answer.slo, candidate_config=best.config,
-        candidate_figures={m: float(best.metrics[m]) for m in metrics if m in best.metrics},
-        default_config=None if default is None else default.config, default_figures=figures,
-        default_meets_slo=(_meets(answer.slo, figures, answer.quality_headroom)
-                           if default is not None else None),
+        candidate_figures={m: f.value for m, f in figures[best_key].items() if m in metrics},
+        default_config=None if default is None else default.config,
+        default_figures=default_figures,
+        default_meets_slo=(None if answer.default_verdict is None
+                           else answer.default_verdict.meets),
         default_objective_values=[float(t.metrics[answer.objective.metric]) for t in defaults
                                   if t.metrics.get(answer.objective.metric) is not None],
         paired=None if default is None else paired_between(
             store, target=answer.target, hardware_key=best.hardware_key, candidate=best.config,
-            default=default.config, same_workload=lambda s: s.workload_hash == best.workload_hash),
+            default=default.config,
+            same_workload=lambda s: s.workload_hash in {t.workload_hash for t in groups[
+                best_key]}),
         default_figures_basis="measured" if default is not None else None,
-        default_source=source, default_trials=[t.id or 0 for t in defaults])
-    answer = replace(answer, answer=verdict.answer, baseline=verdict,
-                     default_trial=default or answer.default_trial)
+        default_source=(f"measured at this workload ({len(defaults)} windows)"
+                        if defaults else None),
+        default_trials=[t.id or 0 for t in defaults],
+        default_verdict=None if answer.default_verdict is None else answer.default_verdict.text())
+    answer = replace(answer, answer=verdict.answer, baseline=verdict)
     # When the best is itself the default, it stays: it is the measurement that met the SLO.
     if verdict.answer == "keep_defaults" and default is not None and verdict.basis != "is_default":
-        launch = engine.launch_command(default.config, Workload.from_spec(default.workload_spec))
+        launch = engine.launch_command(default.config, _launch_workload(default, launch_model))
         answer = replace(answer, trial=default, launch_command=launch,
-                         margins=margins_with_headroom(answer.slo, default.metrics,
-                                                       answer.quality_headroom))
+                         margins=(answer.default_verdict.margins if answer.default_verdict
+                                  else {}),
+                         windows=tuple(defaults), verdict=answer.default_verdict,
+                         figures=answer.default_figures)
     return answer
 
 
@@ -363,6 +424,9 @@ class RecommendationQuery:
     #: the question gave a config.json (``--model-config``): what a model fitted over shapes needs
     #: to answer for a shape that was never measured.
     model_shape: dict[str, Any] | None = None
+    #: What a launch command serves instead of the measured workload's model: the user's own
+    #: model directory when they gave a config from one (never a random-weight directory).
+    launch_model: str | None = None
 
     def __post_init__(self) -> None:
         for label, what in ((self.hardware, "the hardware"), (self.model, "the model")):
@@ -446,16 +510,23 @@ class ModelRecommendation:
     candidates_feasible: int = 0
     closest: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
-    measured_alternative: dict[str, Any] | None = None
     #: ``config`` (``config`` is the best candidate), ``keep_defaults`` (``config`` is the engine
     #: default: it meets the SLO and the best candidate is not better beyond the noise) or
     #: ``none`` (nothing recommended).
     answer: Answer = "none"
-    #: The best candidate against the engine default at this workload (advisor/baseline.py).
+    #: The best candidate against the engine default at this workload
+    #: (advisor/answers/versus_default.py).
     baseline: DefaultComparison | None = None
     #: The margin kept on quality bounds whose metric can differ between builds of one config,
-    #: measured from rebuilds in the context's trials (advisor/headroom.py).
+    #: measured from rebuilds in the context's trials (advisor/answers/headroom.py).
     quality_headroom: dict[str, Headroom] = field(default_factory=dict)
+    #: The answered config's verdict and figures by the one rule (advisor/answers/rule.py):
+    #: measured at this workload where it has windows here, else predicted.
+    verdict: Verdict | None = None
+    figures: dict[str, Figure] = field(default_factory=dict)
+    #: The engine default's, by the same rule.
+    default_verdict: Verdict | None = None
+    default_figures: dict[str, Figure] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -479,7 +550,6 @@ class ModelRecommendation:
             "candidates": {"considered": self.candidates_considered,
                            "conservatively_feasible": self.candidates_feasible},
             "closest": self.closest, "notes": list(self.notes),
-            "measured_alternative": self.measured_alternative,
             "answer": self.answer,
             "baseline": None if self.baseline is None else self.baseline.to_dict(),
             "quality_headroom": {m: h.to_dict() for m, h in self.quality_headroom.items()},
@@ -645,8 +715,13 @@ def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[s
     diff[np.isnan(diff)] = 3.0  # a knob set on one side only: as far as a 3-sigma difference
     dist = np.sqrt((diff ** 2).mean(axis=1))
     key = _config_key(config)
+    # The config's own windows at this workload come first, all of them: they decide its
+    # verdict, so an answer cites every one (then the nearest others).
+    own = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key
+           and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
+    order = [*own, *(int(i) for i in np.argsort(dist, kind="stable") if int(i) not in own)]
     out: list[EvidenceTrial] = []
-    for i in np.argsort(dist, kind="stable")[:EVIDENCE_TRIALS]:
+    for i in order[:max(EVIDENCE_TRIALS, len(own))]:
         measured = ctx.measured[int(i)]
         out.append(EvidenceTrial(
             trial_id=ctx.trial_ids[int(i)],
@@ -806,8 +881,14 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
                                                     failure_cache_dir)
         notes.extend(note)
     pred = _predict_reusing(ctx, configs, features, needed, measured, pred)
-    feasible = [i for i in range(len(configs))
-                if all(m <= 0 for m in _conservative_margins(slo, pred, i, headroom).values())]
+    # One rule for every config, the default first among them: measured windows at this
+    # workload decide; a prediction (widened where the config's own nearby measurements
+    # contradict it) decides only where there is none (advisor/answers/rule.py).
+    windows = _windows_by_config(ctx, features)
+    pred, widened = _widen_by_nearby(ctx, configs, pred, features, needed)
+    verdicts = [_verdict_of(ctx, c, pred, i, windows, slo, headroom)
+                for i, c in enumerate(configs)]
+    feasible = [i for i in range(len(configs)) if verdicts[i].meets]
     quality = _quality(ctx, needed)
     base: dict[str, Any] = {"target": query.target, "slo": slo, "objective": objective,
             "hardware_key": ctx.key.hardware_key, "model": ctx.key.model,
@@ -815,43 +896,51 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             "workload": features, "borrowed_workload": borrowed, "model_quality": quality,
             "candidates_considered": len(configs), "candidates_feasible": len(feasible),
             "tune_command": tune, "quality_headroom": headroom}
+    default_i = next((i for i, c in enumerate(configs) if _config_key(c) == _config_key(default)),
+                     None)
+    default_verdict = (verdicts[default_i] if default_i is not None
+                       else _verdict_of(ctx, default, measured_pred, 0, windows, slo, headroom))
+    default_figures = _figures_of(ctx, default, measured_pred if default_i is None else pred,
+                                  0 if default_i is None else default_i, windows, needed)
+    base["default_verdict"], base["default_figures"] = default_verdict, default_figures
     if not feasible:
-        violation = [sum(max(m, 0.0) for m in
-                         _conservative_margins(slo, pred, i, headroom).values())
+        violation = [sum(max(m, 0.0) for m in verdicts[i].margins.values())
                      for i in range(len(configs))]
         j = int(np.argmin(violation))
         closest = {"config": configs[j],
                    "predicted": {m: p.to_dict() for m, p in _predicted(pred, j).items()},
+                   "verdict": verdicts[j].to_dict(),
                    "conservative_slo_margins": _conservative_margins(slo, pred, j, headroom)}
-        alternative = _measured_alternative(ctx, features, slo, objective, headroom)
-        if alternative is not None:
-            notes.append(f"measured evidence: trial {alternative['trial_id']} met this SLO at "
-                         "this workload, but the models are too uncertain to vouch for any config "
-                         "(`advisor recommend --measured` answers from measurements alone)")
         return ModelRecommendation(
-            status="no_feasible_config", confidence="none", measured_alternative=alternative,
-            confidence_reason=f"none of {len(configs)} candidate configs has a 90% interval "
-                              "inside the SLO", closest=closest, notes=tuple(notes),
+            status="no_feasible_config", confidence="none",
+            confidence_reason=f"none of {len(configs)} candidate configs meets the SLO here "
+                              "(measured windows at this workload where a config has them, "
+                              "else the conservative end of its 90% interval)",
+            closest=closest, notes=tuple(notes),
             evidence=tuple(_evidence(ctx, configs[j], features, slo, needed)), **base)
     sign = 1.0 if objective.direction == "maximize" else -1.0
-    best = max(feasible, key=lambda i: sign * float(pred[objective.metric][0][i]))
+    cautious = {i: _cautious_objective(ctx, configs[i], pred, i, windows, objective)
+                for i in feasible}
+    best = max(feasible, key=lambda i: (sign * cautious[i], -i))
     config = configs[best]
+    notes.extend(widened[i] for i in dict.fromkeys([best, default_i]) if i in widened)
     base["model_quality"] = quality = _curve_quality(ctx, config, features, needed)
     evidence = _evidence(ctx, config, features, slo, needed)
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
-    workload_spec = _workload_for_launch(nearest, features)
+    workload_spec = _workload_for_launch(nearest, features, query.launch_model)
     try:
         launch = engine.launch_command(config, Workload.from_spec(workload_spec))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
-    # The default is the first measured config: its predictions are the first row of those.
-    default_pred = {m: (v[:1], lo[:1], hi[:1]) for m, (v, lo, hi) in measured_pred.items()}
     answer = _model_versus_default(store, ctx, engine, ModelRecommendation(
         status="recommended", confidence=confidence, confidence_reason=reason, config=config,
         predicted=_predicted(pred, best), conservative_margins=_conservative_margins(
             slo, pred, best, headroom), evidence=tuple(evidence), launch_command=launch,
-        notes=tuple(notes), **base), default=default, default_pred=default_pred,
-        features=features, nearest=nearest, needed=needed, distance=distance, inside=inside)
+        notes=tuple(notes), verdict=verdicts[best],
+        figures=_figures_of(ctx, config, pred, best, windows, needed), **base),
+        default=default, default_pred=measured_pred if default_i is None else _row(pred, default_i),
+        features=features, nearest=nearest, needed=needed, distance=distance, inside=inside,
+        candidate_objective=cautious[best], windows=windows, launch_model=query.launch_model)
     # The notes on the load curve of the config answered (the default's, when it is kept).
     return replace(answer, notes=(*answer.notes,
                                   *_curve_notes(ctx, answer.config or {}, features)))
@@ -968,23 +1057,21 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
                           rec: ModelRecommendation, *, default: dict[str, Any],
                           default_pred: Predictions, features: Mapping[str, float],
                           nearest: WorkloadPoint, needed: list[str], distance: float,
-                          inside: bool) -> ModelRecommendation:
+                          inside: bool, candidate_objective: float, windows: Windows,
+                          launch_model: str | None = None) -> ModelRecommendation:
     """``rec`` compared with the engine ``default`` (as the context stores it) at the same
-    workload, by the same models (advisor/baseline.py): ``default_pred`` is its one-row
-    prediction of the ``needed`` metrics there, made with the other candidates' (one pass of
-    the models less per answer). The default must meet the SLO as any candidate must (its
-    conservative bound), and where it was measured at this workload its measured mean must meet
-    it too. When it does and ``rec``'s config is not better beyond the noise, the answer is the
-    default."""
+    workload (advisor/answers/versus_default.py). Whether the default meets the SLO is the verdict
+    of the one
+    rule that judged every candidate (``rec.default_verdict``): its measured windows here, else
+    its prediction's conservative end. When it meets the SLO and ``rec``'s config is not better
+    beyond the noise, the answer is the default. ``candidate_objective`` is the candidate's
+    objective as it was ranked (its windows' median here, else its interval's cautious end);
+    the default's is its windows' median here, else its predicted point."""
     slo, objective = rec.slo, rec.objective
     pred = default_pred
-    conservative = _conservative_margins(slo, pred, 0, rec.quality_headroom)
-    key = _config_key(default)
-    rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key
-            and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
-    measured = mean_figures([ctx.measured[i] for i in rows], needed)
-    meets = all(m <= 0 for m in conservative.values()) and (
-        not rows or _meets(slo, measured, rec.quality_headroom))
+    verdict_of_default = rec.default_verdict
+    rows = windows.get(_config_key(default), [])
+    measured = {m: f.value for m, f in rec.default_figures.items() if f.basis == "measured"}
     predicted = {m: float(c[0]) for m, (c, _, _) in pred.items()}
 
     def same_workload(study: Any) -> bool:
@@ -993,18 +1080,9 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
                 <= SAME_WORKLOAD and (ctx.key.model is None
                                       or str(params.get("model")) == ctx.key.model))
 
-    # Where both configs were measured at this workload, the gain is read off the measurements
-    # (a curve fitted through each config's rates can stray a few per cent from its own
-    # repeats, more than the default's scatter); else off the models for both alike.
-    candidate_key = _config_key(rec.config or {})
-    candidate_rows = [i for i, c in enumerate(ctx.configs) if _config_key(c) == candidate_key
-                      and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
-    candidate_measured = mean_figures([ctx.measured[i] for i in candidate_rows], needed)
-    both_measured = (bool(rows) and objective.metric in measured
-                     and objective.metric in candidate_measured)
-    candidate_figures = {m: p.value for m, p in rec.predicted.items()}
-    if both_measured:
-        candidate_figures[objective.metric] = candidate_measured[objective.metric]
+    candidate_figures = {m: f.value for m, f in rec.figures.items()}
+    candidate_figures[objective.metric] = candidate_objective
+    default_figures = {**predicted, **measured}
     equal_because = None
     if _load_bound(ctx, [default, rec.config or {}], features, objective.metric):
         # Below both configs' capacities each serves the offered rate, and a throughput is
@@ -1015,33 +1093,24 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
         rec = replace(rec, notes=(*rec.notes, (
             f"below both configs' load-curve capacities the offered load sets "
             f"{objective.metric}; the two are compared on it as equal")))
-        candidate_figures[objective.metric] = (measured if rows else predicted)[
-            objective.metric]
+        candidate_figures[objective.metric] = default_figures[objective.metric]
         equal_because = ("below both configs' load-curve capacities the offered load sets "
                          "it")
-    elif rows and not candidate_rows and objective.metric in rec.predicted:
-        # A prediction against a measurement: the unmeasured candidate must beat the default's
-        # measured figure at its interval's cautious end, not its point. (Below capacity every
-        # config serves the offered rate; a surrogate over sparse configs put an unmeasured
-        # variant 20 % above the measured default's throughput at 15 req/s on the 8B shape.)
-        bound = rec.predicted[objective.metric]
-        candidate_figures[objective.metric] = (bound.low if objective.direction == "maximize"
-                                               else bound.high)
     verdict = decide(
         objective=objective, slo=slo, candidate_config=rec.config or {},
         candidate_figures=candidate_figures,
-        default_config=default, default_figures=measured if rows else predicted,
-        default_meets_slo=meets,
+        default_config=default, default_figures=default_figures,
+        default_meets_slo=None if verdict_of_default is None else verdict_of_default.meets,
         default_objective_values=[float(ctx.measured[i][objective.metric]) for i in rows
                                   if objective.metric in ctx.measured[i]],
         paired=paired_between(store, target=rec.target, hardware_key=ctx.key.hardware_key,
                               candidate=rec.config or {}, default=default,
                               same_workload=same_workload),
-        default_objective=measured[objective.metric] if both_measured
-        else predicted.get(objective.metric),
         default_figures_basis="measured" if rows else "predicted",
-        default_source="measured at this workload" if rows else "the same models",
-        default_trials=[ctx.trial_ids[i] for i in rows], equal_because=equal_because)
+        default_source=(f"measured at this workload ({len(rows)} windows)" if rows
+                        else "predicted by the same models"),
+        default_trials=[ctx.trial_ids[i] for i in rows], equal_because=equal_because,
+        default_verdict=None if verdict_of_default is None else verdict_of_default.text())
     if verdict.answer != "keep_defaults" or verdict.basis == "is_default":
         return replace(rec, answer=verdict.answer, baseline=verdict)
     evidence = _evidence(ctx, default, features, slo, needed)
@@ -1049,13 +1118,15 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     confidence, reason = _confidence(ctx, evidence, quality, distance, inside, slo, needed)
     try:
         launch = engine.launch_command(default, Workload.from_spec(
-            _workload_for_launch(nearest, features)))
+            _workload_for_launch(nearest, features, launch_model)))
     except AdvisorError as exc:
         launch, reason = None, f"{reason}; launch command unavailable: {exc}"
     return replace(rec, answer="keep_defaults", baseline=verdict, config=default,
-                   predicted=_predicted(pred, 0), conservative_margins=conservative,
+                   predicted=_predicted(pred, 0), conservative_margins=_conservative_margins(
+                       slo, pred, 0, rec.quality_headroom),
                    evidence=tuple(evidence), launch_command=launch, confidence=confidence,
-                   confidence_reason=reason, model_quality=quality)
+                   confidence_reason=reason, model_quality=quality,
+                   verdict=verdict_of_default, figures=rec.default_figures)
 
 
 def _simulated_notes(curves: Any, config: Mapping[str, Any], features: Mapping[str, float]
@@ -1095,25 +1166,119 @@ def _load_bound(ctx: ContextModels, configs: list[Mapping[str, Any]],
     return True
 
 
-def _measured_alternative(ctx: ContextModels, features: Mapping[str, float], slo: SLO,
-                          objective: Objective, headroom: Mapping[str, Headroom]
-                          ) -> dict[str, Any] | None:
-    """The best trial *measured* at (within 10 % of) the asked workload that met the SLO (with
-    the quality headroom to spare)."""
-    best: int | None = None
-    for i, m in enumerate(ctx.measured):
-        if (workload_distance(features, ctx.features[i]) > SAME_WORKLOAD
-                or not _meets(slo, m, headroom)):
+#: A config's own measurements within this factor of the asked rate (beyond the 10 % that
+#: counts as the same workload) bound its prediction: a prediction they fall outside of is
+#: widened to them and flagged (fp8 on the 8B shape was predicted at TTFT p95 174 ms at
+#: 65 req/s where it was measured at 442 ms at 67.5 req/s).
+NEARBY_WORKLOAD = math.log(1.25)
+
+Windows = dict[str, list[int]]
+
+
+def _windows_by_config(ctx: ContextModels, features: Mapping[str, float]) -> Windows:
+    """The context's rows measured at (within 10 % of) the asked workload, per config key."""
+    out: Windows = {}
+    for i, config in enumerate(ctx.configs):
+        if workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD:
+            out.setdefault(_config_key(config), []).append(i)
+    return out
+
+
+def _row(pred: Predictions, i: int) -> Predictions:
+    """Row ``i`` of ``pred`` as a one-row prediction."""
+    return {m: (v[i:i + 1], lo[i:i + 1], hi[i:i + 1]) for m, (v, lo, hi) in pred.items()}
+
+
+def _verdict_of(ctx: ContextModels, config: Mapping[str, Any], pred: Predictions, i: int,
+                windows: Windows, slo: SLO, headroom: Mapping[str, Headroom]) -> Verdict:
+    """``config``'s verdict by the one rule: its windows at this workload, else row ``i`` of
+    ``pred`` at the conservative ends."""
+    rows = windows.get(_config_key(config), [])
+    if rows:
+        return measured_verdict(slo, [ctx.measured[j] for j in rows], headroom,
+                                [ctx.trial_ids[j] for j in rows])
+    return predicted_verdict(slo, {m: (float(v[i]), float(lo[i]), float(hi[i]))
+                                   for m, (v, lo, hi) in pred.items()}, headroom)
+
+
+def _figures_of(ctx: ContextModels, config: Mapping[str, Any], pred: Predictions, i: int,
+                windows: Windows, metrics: list[str]) -> dict[str, Figure]:
+    """``config``'s figures: the median and range of its windows at this workload for each
+    metric they measured, the prediction (row ``i``) for the rest."""
+    rows = windows.get(_config_key(config), [])
+    measured = measured_figures([ctx.measured[j] for j in rows], metrics)
+    out: dict[str, Figure] = {}
+    for m in metrics:
+        if m in measured:
+            value, low, high, n = measured[m]
+            out[m] = Figure(value=value, low=low, high=high, basis="measured", windows=n)
+        elif m in pred:
+            v, lo, hi = pred[m]
+            out[m] = Figure(value=float(v[i]), low=float(lo[i]), high=float(hi[i]),
+                            basis="predicted")
+    return out
+
+
+def _cautious_objective(ctx: ContextModels, config: Mapping[str, Any], pred: Predictions,
+                        i: int, windows: Windows, objective: Objective) -> float:
+    """The objective a config is ranked by: the median of its windows at this workload, else
+    its prediction's cautious end (low when maximising), so an unmeasured candidate never
+    outranks a measured one on a looser standard."""
+    rows = windows.get(_config_key(config), [])
+    values = [float(ctx.measured[j][objective.metric]) for j in rows
+              if objective.metric in ctx.measured[j]]
+    if values:
+        return float(np.median(values))
+    _, lo, hi = pred[objective.metric]
+    return float(lo[i] if objective.direction == "maximize" else hi[i])
+
+
+def _widen_by_nearby(ctx: ContextModels, configs: list[dict[str, Any]], pred: Predictions,
+                     features: Mapping[str, float], metrics: list[str]
+                     ) -> tuple[Predictions, dict[int, str]]:
+    """``pred`` with the interval of each config that has no window at the asked workload but
+    was measured near it (:data:`NEARBY_WORKLOAD`) widened to include those measurements where
+    they fall outside it, and a note per widened config (by its index in ``configs``)."""
+    nearby: dict[str, list[int]] = {}
+    for j, config in enumerate(ctx.configs):
+        d = workload_distance(features, ctx.features[j])
+        if SAME_WORKLOAD < d <= NEARBY_WORKLOAD:
+            nearby.setdefault(_config_key(config), []).append(j)
+    if not nearby:
+        return pred, {}
+    out = {m: (np.array(v, dtype=float), np.array(lo, dtype=float), np.array(hi, dtype=float))
+           for m, (v, lo, hi) in pred.items()}
+    notes: dict[int, str] = {}
+    same = _windows_by_config(ctx, features)
+    for i, config in enumerate(configs):
+        key = _config_key(config)
+        if key in same or key not in nearby:
             continue
-        if objective.metric in m and (best is None or objective.is_better(
-                m[objective.metric], ctx.measured[best].get(objective.metric))):
-            best = i
-    if best is None:
-        return None
-    return {"trial_id": ctx.trial_ids[best], "config": ctx.configs[best],
-            "measured": {k: ctx.measured[best][k] for k in [objective.metric, *slo.metrics]
-                         if k in ctx.measured[best]},
-            "study": ctx.trial_studies[best] if ctx.trial_studies else "", "basis": "measured"}
+        moved: list[str] = []
+        for m in metrics:
+            if m not in out:
+                continue
+            _, lo, hi = out[m]
+            for j in nearby[key]:
+                value = ctx.measured[j].get(m)
+                if not isinstance(value, int | float) or not math.isfinite(float(value)):
+                    continue
+                if value > hi[i] or value < lo[i]:
+                    where = ", ".join(f"{k}={v:g}" for k, v in ctx.features[j].items()
+                                      if features.get(k) != v)
+                    moved.append(f"{m} measured {float(value):.4g} (trial {ctx.trial_ids[j]}"
+                                 + (f", {where}" if where else "") + ")")
+                    hi[i], lo[i] = max(hi[i], float(value)), min(lo[i], float(value))
+        if moved:
+            notes[i] = (f"the prediction for {_short(config)} was widened: its own measurements "
+                        f"near this workload fall outside the model's interval "
+                        f"({'; '.join(moved)})")
+    return out, notes
+
+
+def _short(config: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in config.items())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _rank(pred: Mapping[str, tuple[Any, Any, Any]], slo: SLO, objective: Objective, n: int,
@@ -1134,10 +1299,14 @@ def _predicted(pred: Mapping[str, tuple[Any, Any, Any]], i: int) -> dict[str, Pr
             for m, (c, lo, hi) in pred.items()}
 
 
-def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float]) -> dict[str, Any]:
-    """The nearest measured workload spec (its model, context length) for the launch command."""
+def _workload_for_launch(nearest: WorkloadPoint, features: Mapping[str, float],
+                         launch_model: str | None = None) -> dict[str, Any]:
+    """The nearest measured workload spec (its model, context length) for the launch command,
+    serving ``launch_model`` when given."""
     spec = dict(nearest.spec)
     spec["params"] = launch_params(dict(spec.get("params", {})), features)
+    if launch_model is not None:
+        spec["params"]["model"] = launch_model
     return spec
 
 
