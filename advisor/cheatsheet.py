@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from advisor.answers.model_based import ModelRecommendation, RecommendationQuery, recommend
-from advisor.errors import NotFoundError
+from advisor.errors import InputError, NotFoundError
 from advisor.sheet_figures import (
     SERVING_PANELS,
     context_kind,
@@ -305,7 +305,9 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
         pareto: list[dict[str, Any]] = []
         kept: list[tuple[str, WorkloadPoint]] = []
         recommended: dict[tuple[str, str], dict[str, Any] | None] = {}
-        for w, members in _distinct_workloads(ctx.workloads):
+        # Rows in the order of their workloads' features (rate, corpus size), low to high.
+        for w, members in sorted(_distinct_workloads(ctx.workloads),
+                                 key=lambda wm: (sorted(wm[0].features.items()), wm[0].name)):
             name = _class_name(w)
             if workload_class and workload_class.lower() not in name.lower():
                 continue
@@ -361,6 +363,17 @@ def knob_value(sheet: CheatSheet, knob: str, *, target: str, hardware: str | Non
             f"workload_class={workload_class!r}, tier={tier!r}; rows exist for: "
             + (", ".join(sorted({f'{r.target}/{r.hardware_key}/{r.model}/{r.workload_class}'
                                  for r in sheet.rows})) or "nothing (no fitted knowledge)"))
+    exact = [r for r in rows if workload_class is not None
+             and r.workload_class.lower() == workload_class.lower()]
+    rows = exact or rows
+    classes = sorted({r.workload_class for r in rows})
+    if len(classes) > 1:
+        # Several workloads (rates, corpus sizes) match: each has its own answer, and picking one
+        # silently would answer a question that was not asked.
+        raise InputError(
+            f"workload_class {workload_class!r} matches {len(classes)} cheat-sheet rows of "
+            f"{target}: {'; '.join(classes)}; give the one you mean (its rate or size) as "
+            "workload_class")
     answered = [r for r in rows if r.recommendation.config is not None]
     if not answered:
         raise NotFoundError(f"no config meets the {tier} tier's SLO ({rows[0].tier.slo}) for "

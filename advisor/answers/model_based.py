@@ -14,6 +14,7 @@ now (not the SLO its study used). Only measured figures, no predictions.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shlex
 import threading
@@ -40,7 +41,7 @@ from advisor.inputs import check_label, check_numbers, requested_slo
 from advisor.objective import Objective
 from advisor.presets import known_model
 from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
-from knowledge.cache import KnowledgeModels
+from knowledge.cache import KnowledgeModels, data_key
 from knowledge.failures import StartFacts, start_workload_features
 from knowledge.load_curve import HEAVY_LOAD
 from knowledge.surrogates import (
@@ -191,9 +192,7 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     engine = get_target(target)
     slo.check_metrics(target, engine.reported_metrics())
     asked = workload_features(dict(workload or {}))
-    trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE,
-                                           hardware_key=hardware_key,
-                                           workload_hash=workload_hash))
+    trials = _complete_trials(store, target, hardware_key, workload_hash)
     usable = [t for t in trials if t.metrics.get(objective.metric) is not None
               and all(t.metrics.get(m) is not None for m in slo.metrics)]
     answer = Recommendation(slo=slo, objective=objective, target=target,
@@ -217,9 +216,11 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     # trials were recorded with.
     groups: dict[str, list[TrialRecord]] = {}
     for t in usable:
-        groups.setdefault(_config_key(t.config), []).append(t)
-    default_key = _default_key(list(groups), _space(target).default_config(),
-                               {k: len(v) for k, v in groups.items()})
+        # One config is one group per model: windows of two models are two workloads.
+        groups.setdefault(json.dumps([trial_model(t), _same_config(target, t.config)]),
+                          []).append(t)
+    default_config = _space(target).default_config()
+    default_key = _default_key(groups, default_cfg_key := _config_key(default_config), model)
     judged = {k: measured_verdict(slo, [t.metrics for t in g], headroom, [t.id or 0 for t in g])
               for k, g in groups.items()}
     figures = {k: _measured_figures(g, metrics) for k, g in groups.items()}
@@ -227,11 +228,16 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     answer = replace(answer, considered=len(usable), borrowed_workload=borrowed,
                      feasible_count=sum(judged[k].windows_met for k in groups),
                      configs_considered=len(groups), configs_meeting_slo=len(meeting))
-    if default_key is not None:
-        answer = replace(answer, default_windows=tuple(groups[default_key]),
-                         default_verdict=judged[default_key],
-                         default_figures=figures[default_key],
-                         default_trial=_median_window(groups[default_key], objective))
+
+    def with_default(answer: Recommendation, key: str | None) -> Recommendation:
+        if key is None:
+            return replace(answer, default_windows=(), default_verdict=None,
+                           default_figures={}, default_trial=None)
+        return replace(answer, default_windows=tuple(groups[key]), default_verdict=judged[key],
+                       default_figures=figures[key],
+                       default_trial=_median_window(groups[key], objective))
+
+    answer = with_default(answer, default_key)
     if not meeting:
         def violation(k: str) -> float:
             return _violation(judged[k].margins) if judged[k].margins else float("inf")
@@ -245,6 +251,9 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
                                            if objective.metric in figures[k] else -math.inf,
                                            len(groups[k])))
     best = _median_window(groups[best_key], objective)
+    # The default to compare with is the one measured on the best's model.
+    default_key = _default_key(groups, default_cfg_key, trial_model(best))
+    answer = with_default(answer, default_key)
     launch = engine.launch_command(best.config, _launch_workload(best, launch_model))
     answer = replace(answer, trial=best, margins=judged[best_key].margins, launch_command=launch,
                      windows=tuple(groups[best_key]), verdict=judged[best_key],
@@ -259,6 +268,30 @@ def _launch_workload(trial: TrialRecord, launch_model: str | None) -> Workload:
     if launch_model is not None:
         spec["params"] = {**(spec.get("params") or {}), "model": launch_model}
     return Workload.from_spec(spec)
+
+
+#: The complete trials a measured answer reads, per store and filter, with the store's data key
+#: they were read at: a repeated question (an audit asks hundreds) reads them once per version.
+_TRIALS: dict[tuple[str, str, str | None, str | None], tuple[Any, list[TrialRecord]]] = {}
+_TRIALS_LOCK = threading.Lock()
+
+
+def _complete_trials(store: TrialStore, target: str, hardware_key: str | None,
+                     workload_hash: str | None) -> list[TrialRecord]:
+    version = data_key(store)
+    key = (store.url, target, hardware_key, workload_hash)
+    with _TRIALS_LOCK:
+        hit = _TRIALS.get(key)
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE,
+                                           hardware_key=hardware_key,
+                                           workload_hash=workload_hash))
+    with _TRIALS_LOCK:
+        if len(_TRIALS) > 64:
+            _TRIALS.clear()
+        _TRIALS[key] = (version, trials)
+    return trials
 
 
 def _measured_figures(windows: list[TrialRecord], metrics: list[str]) -> dict[str, Figure]:
@@ -276,16 +309,13 @@ def _median_window(windows: list[TrialRecord], objective: Objective) -> TrialRec
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _default_key(keys: list[str], default: Mapping[str, Any], counts: Mapping[str, int]
-                 ) -> str | None:
-    """Which of the stored configs (canonical keys) is the engine default: every knob it sets
-    has its default value (a knob it lacks was added to the space after it was measured, or is
-    inactive under a condition knob); of several such forms, the one with most windows."""
-    import json
-    forms = [k for k in keys if all(
-        knob in default and _config_key({knob: value}) == _config_key({knob: default[knob]})
-        for knob, value in json.loads(k).items())]
-    return max(forms, key=lambda k: counts[k]) if forms else None
+def _default_key(groups: Mapping[str, list[TrialRecord]], default_key: str,
+                 model: str | None) -> str | None:
+    """The group (``[model, config]`` keys) of the engine default's windows for ``model``
+    (any model's, the most windows, when None)."""
+    found = [k for k in groups if json.loads(k)[1] == default_key
+             and (model is None or json.loads(k)[0] == model)]
+    return max(found, key=lambda k: len(groups[k])) if found else None
 
 
 #: Per fitted context (``id`` and a weak reference, so a refitted context is never mistaken for
@@ -354,7 +384,7 @@ def _versus_default(store: TrialStore, engine: Target, answer: Recommendation, *
     default = answer.default_trial
     default_figures = ({m: f.value for m, f in figures[default_key].items()}
                        if default_key is not None else {})
-    best_key = _config_key(best.config)
+    best_key = json.dumps([trial_model(best), _same_config(answer.target, best.config)])
     verdict = decide(
         objective=answer.objective, slo=answer.slo, candidate_config=best.config,
         candidate_figures={m: f.value for m, f in figures[best_key].items() if m in metrics},
@@ -579,6 +609,13 @@ def _space(target: str) -> SearchSpace:
     return _engine(target).space()
 
 
+def _same_config(target: str, config: Mapping[str, Any]) -> str:
+    """The key under which a stored config's windows are grouped: its knobs over the space's
+    defaults, so the forms one engine config was recorded in (before and after a knob was added
+    to the space, which then ran at its default) are one config with all their windows."""
+    return _config_key({**_space(target).default_config(), **config})
+
+
 def _config_key(config: Mapping[str, Any]) -> str:
     return canonical_json(dict(config))
 
@@ -714,10 +751,10 @@ def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[s
     diff = np.abs(X - query) / scale
     diff[np.isnan(diff)] = 3.0  # a knob set on one side only: as far as a 3-sigma difference
     dist = np.sqrt((diff ** 2).mean(axis=1))
-    key = _config_key(config)
+    same = _same_config(ctx.key.target, config)
     # The config's own windows at this workload come first, all of them: they decide its
     # verdict, so an answer cites every one (then the nearest others).
-    own = [i for i, c in enumerate(ctx.configs) if _config_key(c) == key
+    own = [i for i, c in enumerate(ctx.configs) if _same_config(ctx.key.target, c) == same
            and workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD]
     order = [*own, *(int(i) for i in np.argsort(dist, kind="stable") if int(i) not in own)]
     out: list[EvidenceTrial] = []
@@ -731,7 +768,8 @@ def _evidence(ctx: ContextModels, config: Mapping[str, Any], features: Mapping[s
             workload=next((_workload_label(w) for w in ctx.workloads
                            if w.spec_hash == ctx.trial_workload[int(i)]), ""),
             workload_features=ctx.features[int(i)], meets_slo=slo.is_met(measured),
-            same_config=_config_key(ctx.configs[int(i)]) == key, distance=float(dist[int(i)])))
+            same_config=_same_config(ctx.key.target, ctx.configs[int(i)]) == same,
+            distance=float(dist[int(i)])))
     return out
 
 
@@ -1070,7 +1108,7 @@ def _model_versus_default(store: TrialStore, ctx: ContextModels, engine: Target,
     slo, objective = rec.slo, rec.objective
     pred = default_pred
     verdict_of_default = rec.default_verdict
-    rows = windows.get(_config_key(default), [])
+    rows = windows.get(_same_config(ctx.key.target, default), [])
     measured = {m: f.value for m, f in rec.default_figures.items() if f.basis == "measured"}
     predicted = {m: float(c[0]) for m, (c, _, _) in pred.items()}
 
@@ -1180,7 +1218,7 @@ def _windows_by_config(ctx: ContextModels, features: Mapping[str, float]) -> Win
     out: Windows = {}
     for i, config in enumerate(ctx.configs):
         if workload_distance(features, ctx.features[i]) <= SAME_WORKLOAD:
-            out.setdefault(_config_key(config), []).append(i)
+            out.setdefault(_same_config(ctx.key.target, config), []).append(i)
     return out
 
 
@@ -1193,7 +1231,7 @@ def _verdict_of(ctx: ContextModels, config: Mapping[str, Any], pred: Predictions
                 windows: Windows, slo: SLO, headroom: Mapping[str, Headroom]) -> Verdict:
     """``config``'s verdict by the one rule: its windows at this workload, else row ``i`` of
     ``pred`` at the conservative ends."""
-    rows = windows.get(_config_key(config), [])
+    rows = windows.get(_same_config(ctx.key.target, config), [])
     if rows:
         return measured_verdict(slo, [ctx.measured[j] for j in rows], headroom,
                                 [ctx.trial_ids[j] for j in rows])
@@ -1205,7 +1243,7 @@ def _figures_of(ctx: ContextModels, config: Mapping[str, Any], pred: Predictions
                 windows: Windows, metrics: list[str]) -> dict[str, Figure]:
     """``config``'s figures: the median and range of its windows at this workload for each
     metric they measured, the prediction (row ``i``) for the rest."""
-    rows = windows.get(_config_key(config), [])
+    rows = windows.get(_same_config(ctx.key.target, config), [])
     measured = measured_figures([ctx.measured[j] for j in rows], metrics)
     out: dict[str, Figure] = {}
     for m in metrics:
@@ -1224,7 +1262,7 @@ def _cautious_objective(ctx: ContextModels, config: Mapping[str, Any], pred: Pre
     """The objective a config is ranked by: the median of its windows at this workload, else
     its prediction's cautious end (low when maximising), so an unmeasured candidate never
     outranks a measured one on a looser standard."""
-    rows = windows.get(_config_key(config), [])
+    rows = windows.get(_same_config(ctx.key.target, config), [])
     values = [float(ctx.measured[j][objective.metric]) for j in rows
               if objective.metric in ctx.measured[j]]
     if values:
@@ -1243,7 +1281,7 @@ def _widen_by_nearby(ctx: ContextModels, configs: list[dict[str, Any]], pred: Pr
     for j, config in enumerate(ctx.configs):
         d = workload_distance(features, ctx.features[j])
         if SAME_WORKLOAD < d <= NEARBY_WORKLOAD:
-            nearby.setdefault(_config_key(config), []).append(j)
+            nearby.setdefault(_same_config(ctx.key.target, config), []).append(j)
     if not nearby:
         return pred, {}
     out = {m: (np.array(v, dtype=float), np.array(lo, dtype=float), np.array(hi, dtype=float))
@@ -1251,7 +1289,7 @@ def _widen_by_nearby(ctx: ContextModels, configs: list[dict[str, Any]], pred: Pr
     notes: dict[int, str] = {}
     same = _windows_by_config(ctx, features)
     for i, config in enumerate(configs):
-        key = _config_key(config)
+        key = _same_config(ctx.key.target, config)
         if key in same or key not in nearby:
             continue
         moved: list[str] = []

@@ -111,11 +111,12 @@ def test_the_docs_have_the_examples_the_issue_asks_for() -> None:
 def test_docs_examples_run_against_a_live_server(server: dict[str, Any]) -> None:
     recommend, shape, value, sheet, study, refused = _curl_blocks()
     answer = json.loads(_run(recommend, server))
-    assert answer["status"] in ("recommended", "no_feasible_config", "not_covered")
-    assert answer["target"] == "vllm"
+    # The headline example recommends a config: its own measured windows at 150 req/s meet it.
+    assert answer["status"] in ("recommended", "keep_defaults"), answer["summary"]
+    assert answer["question"]["target"] == "vllm" and answer["config"]
     carried = json.loads(_run(shape, server))  # Qwen2.5-7B: never measured, between 3B and 8B
     assert carried["basis"] == "extrapolation", carried
-    assert carried["raw"]["shape_position"] == "interpolation"
+    assert carried["details"]["shape_position"] == "interpolation"
     assert carried["status"] in ("recommended", "no_feasible_config")
     knob = json.loads(_run(value, server))
     assert knob["knob"] == "max_num_seqs" and knob["target"] == "vllm"

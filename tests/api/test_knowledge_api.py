@@ -134,7 +134,15 @@ def test_cheatsheet_formats_and_value_lookup(api: TestClient) -> None:
     refused = api.get("/v1/cheatsheet", params={"target": "scripted"},
                       headers={"Accept": "image/png"})
     assert refused.status_code == 406 and refused.json()["error"]["type"] == "not_acceptable"
-    resp = api.get("/v1/cheatsheet/value", params={"target": "scripted", "knob": "y"})
+    classes = sorted({r["workload_class"] for r in api.get(
+        "/v1/cheatsheet", params={"target": "scripted", "format": "json"}).json()["rows"]
+        if r["tier"] == "standard"})
+    ambiguous = api.get("/v1/cheatsheet/value", params={"target": "scripted", "knob": "y"})
+    if len(classes) > 1:  # several workloads match: it lists them instead of picking one
+        assert ambiguous.status_code == 422, ambiguous.text
+        assert all(c in ambiguous.json()["error"]["message"] for c in classes)
+    resp = api.get("/v1/cheatsheet/value", params={"target": "scripted", "knob": "y",
+                                                    "workload_class": classes[0]})
     if resp.status_code == 404:  # the tier's SLO is met by no config: said, not guessed
         assert "no config meets" in resp.json()["error"]["message"]
         return
