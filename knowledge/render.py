@@ -40,9 +40,20 @@ def _config_text(config: Mapping[str, Any] | None) -> str:
     return " ".join(f"{k}={_fmt(v)}" for k, v in config.items())
 
 
-def _predicted_text(predicted: Mapping[str, Mapping[str, float]]) -> str:
-    return "; ".join(f"{m} {_fmt(p['value'])} [{_fmt(p['low'])}, {_fmt(p['high'])}]"
-                     for m, p in predicted.items())
+#: A metric whose held-out error (MAPE) is above this is not modelled: its "prediction" would be
+#: noise with an interval, so it is shown with its error instead of a value.
+NOT_MODELLED_MAPE = 1.0
+
+
+def _predicted_text(predicted: Mapping[str, Mapping[str, float]],
+                    quality: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    def one(m: str, p: Mapping[str, float]) -> str:
+        mape = (quality or {}).get(m, {}).get("mape")
+        if mape is not None and mape > NOT_MODELLED_MAPE:
+            return f"{m} not modelled (held-out error {mape:.0%})"
+        return f"{m} {_fmt(p['value'])} [{_fmt(p['low'])}, {_fmt(p['high'])}]"
+
+    return "; ".join(one(m, p) for m, p in predicted.items())
 
 
 def _stage_text(row: Mapping[str, Any]) -> str:
@@ -61,7 +72,7 @@ def _knobs_text(row: Mapping[str, Any]) -> str:
         return f"*{row['status']}*"
     if row.get("answer") == "keep_defaults":
         why = (row.get("baseline") or {}).get("reason", "")
-        return f"**keep the defaults** ({_config_text(row['config'])}){': ' + why if why else ''}"
+        return f"**defaults**{': ' + why if why else ''}"
     return _config_text(row["config"])
 
 
@@ -128,7 +139,7 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
             knobs = _knobs_text(r)
             lines.append(
                 f"| {r['workload_class']} | {r['tier']} | `{r['slo']}` {r['objective']} | "
-                f"{knobs} | {_predicted_text(r['predicted']) or '-'}"
+                f"{knobs} | {_predicted_text(r['predicted'], section['model_quality']) or '-'}"
                 f"{'; ' + _stage_text(r) if _stage_text(r) else ''} | "
                 f"{_importance_text(r['knob_importance'])} | {r['confidence']} | "
                 f"{r['evidence_count']} trials |")
@@ -150,8 +161,9 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
             for m, q in sorted(quality.items()):
                 if q.get("mape") is None:
                     continue
-                lines.append(f"| {m} | {q['mape']:.1%} | {q['interval_coverage']:.0%} | "
-                             f"{q['n']} |")
+                lines.append(f"| {m} | {q['mape']:.1%}"
+                             + (" (not modelled)" if q["mape"] > NOT_MODELLED_MAPE else "")
+                             + f" | {q['interval_coverage']:.0%} | {q['n']} |")
         lines.append("")
     if not sheet["contexts"]:
         lines.append("No fitted knowledge matches these filters.")
@@ -233,7 +245,8 @@ class _Page:
                 + "".join(items) + "</ul></nav>")
 
 
-def _rows_html(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _rows_html(rows: Sequence[Mapping[str, Any]],
+               quality: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     e = html.escape
     parts = ["<table><tr><th>workload</th><th>tier</th><th>SLO / objective</th>"
              "<th>recommended knobs</th><th>predicted (90% interval)</th>"
@@ -243,14 +256,17 @@ def _rows_html(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         knobs = e(_config_text(r["config"])) if r["config"] else f"<i>{e(r['status'])}</i>"
         if r["config"] and r.get("answer") == "keep_defaults":
             why = (r.get("baseline") or {}).get("reason", "")
-            knobs = (f"<b>keep the defaults</b> ({knobs})"
+            knobs = ("<b>defaults</b>"
                      + (f"<br><span class='note'>{e(why)}</span>" if why else ""))
-        launch = _launch_html(r["launch_command"]) if r["launch_command"] else (
-            f"<code>{e(r['tune_command'] or '')}</code>")
+        if not r["config"] and r.get("tune_command"):
+            knobs += (f"<br><span class='note'>to cover it: <code>{e(r['tune_command'])}</code>"
+                      "</span>")
+        # The launch column holds launch code only: a row with nothing to launch shows a dash.
+        launch = _launch_html(r["launch_command"]) if r["launch_command"] else "-"
         parts.append(
             f"<tr><td>{e(r['workload_class'])}</td><td>{e(r['tier'])}</td>"
             f"<td><code>{e(r['slo'])}</code><br>{e(r['objective'])}</td><td>{knobs}</td>"
-            f"<td>{e(_predicted_text(r['predicted']) or '-')}"
+            f"<td>{e(_predicted_text(r['predicted'], quality) or '-')}"
             f"{'<br>' + e(_stage_text(r)) if _stage_text(r) else ''}</td>"
             f"<td>{e(_importance_text(r['knob_importance']))}</td>"
             f"<td title='{e(r['confidence_reason'])}'>{e(r['confidence'])}</td>"
@@ -385,7 +401,8 @@ def render_html(sheet: Mapping[str, Any]) -> str:
                 line_label="Pareto front") for i, p in enumerate(pareto)]
             parts.append("</div>")
         parts += [f"<h3 id='{anchor}-table'>Recommendations</h3><div class='wide'>",
-                  *_rows_html(_rows_of(sheet["rows"], section)), "</div>"]
+                  *_rows_html(_rows_of(sheet["rows"], section), section["model_quality"]),
+                  "</div>"]
         parts.append(f"<h3 id='{anchor}-rules'>Rules of thumb</h3>")
         subs += [(f"{anchor}-table", "recommendations"), (f"{anchor}-rules", "rules of thumb")]
         parts += _rules_html(anchor, section["rules_of_thumb"])
