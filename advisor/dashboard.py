@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -37,11 +38,11 @@ from advisor.optuna_bridge import (
     best_feasible_trial,
     describe_optuna_study,
 )
-from advisor.study_spec import StoredStudy
+from advisor.objective import Objective
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import invalid_reason
-from objectives import SLO
+from objectives import SLO, Workload, parse_slo
 from objectives.registry import get_target
 from search_spaces import Knob, SearchSpace
 
@@ -130,7 +131,7 @@ def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStor
 
 
 def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord) -> None:
-    spec = StoredStudy.of(study).resume_spec()
+    spec = _RecordedTerms.of(study)
     try:
         space: SearchSpace | None = get_target(study.target).space()
     except AdvisorError:  # a target this install does not have: knobs become categorical
@@ -150,6 +151,31 @@ def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: Study
     describe_optuna_study(ostudy, spec)
     ostudy.set_user_attr("imported", True)
     ostudy.add_trials(frozen)
+
+
+@dataclass(frozen=True)
+class _RecordedTerms:
+    """What an imported study tuned for (target, SLO, objective, workload), read from its record.
+
+    Not a :class:`~advisor.study_spec.StudySpec`: a spec is something to *run*, and refuses what
+    a record may hold (a shipped study measured by another study's trials asked for 0 trials of
+    its own; an imported one names no sampler). The dashboard shows only these four terms."""
+
+    target: str
+    slo: SLO
+    objective: Objective
+    workload: Workload
+
+    @classmethod
+    def of(cls, study: StudyRecord) -> _RecordedTerms:
+        doc = study.spec
+        if doc is None:  # a study stored by an earlier release: its row holds the terms
+            return cls(study.target, parse_slo(study.slo),
+                       Objective(study.objective_metric, study.objective_direction),  # type: ignore[arg-type]
+                       Workload.from_spec(study.workload_spec))
+        return cls(doc["target"], parse_slo(doc["slo"]),
+                   Objective(doc["objective"]["metric"], doc["objective"]["direction"]),
+                   Workload.from_spec(doc["workload"]))
 
 
 def _frozen_trial(rec: TrialRecord, slo: SLO, distributions: dict[str, BaseDistribution]
