@@ -33,12 +33,12 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from advisor.errors import AdvisorError
+from advisor.objective import Objective
 from advisor.optuna_bridge import (
     DASHBOARD_CONSTRAINTS_KEY,
     best_feasible_trial,
     describe_optuna_study,
 )
-from advisor.objective import Objective
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import invalid_reason

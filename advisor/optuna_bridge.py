@@ -19,11 +19,11 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from advisor.objective import Objective
 from advisor.samplers import STARTUP_TRIALS, sampler_factory
 from advisor.study_spec import FIXED_ATTR, STARTUP_ATTR, SWEPT_ATTR, StoredStudy, StudySpec
 from advisor.swept_trials import constraint_attrs, swept_trial_template
 from knowledge import TrialRecord, TrialStatus
-from advisor.objective import Objective
 from objectives import SLO, Workload
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "REQUEUED_ATTR", "ROLE_ATTR", "OptunaBridge",
