@@ -112,6 +112,19 @@ def test_help_lists_the_choices(args: list[str], shown: list[str], tmp_path: Pat
     assert "--timeout" not in done.stdout.replace("--trial-timeout", "")  # the alias is hidden
 
 
+@pytest.mark.parametrize("command", [(), *COMMANDS], ids=lambda c: " ".join(c) or "advisor")
+def test_help_shows_no_type_for_a_flag(command: tuple[str, ...],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag takes no value: `--json <bool>` read as if it took one (Typer's default)."""
+    try:
+        code = main([*command, "--help"])
+    except SystemExit as exc:
+        code = exc.code  # type: ignore[assignment]
+    assert code in (0, None)
+    shown = capsys.readouterr().out
+    assert "--help" in shown and "<bool>" not in shown
+
+
 @pytest.mark.parametrize("flag", ["--trial-timeout", "--timeout"])
 def test_trial_timeout_limits_each_trial(flag: str, tmp_path: Path) -> None:
     done = _advisor("tune", "--target", "scripted", "--trials", "1", "--name", "slow", flag, "1",
