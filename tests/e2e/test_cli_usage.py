@@ -77,6 +77,11 @@ def _advisor(*args: str, tmp_path: Path, columns: int = 80) -> subprocess.Comple
     (["knowledge", "fit", "--family", "svm"], ["is not one of linear-forest"]),
     (["nosuchcommand"], ["No such command", "commands: targets, tune"]),
     (["tune", "--target", "nosuch"], ["unknown target 'nosuch'", "faiss"]),
+    (["tune", "--target", "fais"], ["unknown target 'fais'; did you mean 'faiss'?"]),
+    (["tune", "--target", "vllm", "--slo", "ttft_p95<=300"],
+     ["unknown metric 'ttft_p95'; did you mean 'ttft_p95_ms'?"]),
+    (["tune", "--target", "faiss", "--enqueue", "{nprob: 8}"],
+     ["unknown knob 'nprob'; did you mean 'nprobe'?"]),
     (["tune", "--target", "vllm", "--model", "qwen2.5-7b"], ["unknown model 'qwen2.5-7b'"]),
 ])
 def test_the_console_script_answers_bad_usage_in_one_line(args: list[str], names: list[str],
