@@ -16,6 +16,7 @@ import pytest
 
 from advisor.settings import Settings
 from knowledge import TrialStore
+from tests.extras import require_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("scripted=tests.scripted_target:ScriptedTarget,"
@@ -119,6 +120,13 @@ def _scripted_target(monkeypatch: pytest.MonkeyPatch) -> None:
     # Trial children must import the tests package too.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+@pytest.fixture
+def needs_gguf() -> None:
+    """The test writes a random-weight GGUF model (objectives/llm/gguf_model.py): it needs the
+    gguf package (the llm extra, which scripts/quickstart.sh installs)."""
+    require_extra("gguf", "llm")
 
 
 @pytest.fixture
