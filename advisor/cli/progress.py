@@ -1,0 +1,42 @@
+"""Progress of long work on a terminal: a spinner, the step under way and the time it has taken.
+
+`advisor knowledge fit` and `advisor cheatsheet` take from seconds to minutes on 2 cores; a
+silent terminal for that long reads as a hang. The display goes to stderr, only when stderr is a
+terminal and the command was not asked for JSON, and is cleared when the work ends: piped and
+``--json`` output stay exactly what they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+__all__ = ["steps"]
+
+Step = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def steps(console: Console, total: int, *, quiet: bool = False) -> Iterator[Step]:
+    """Yield ``step(description)``: call it as each of ``total`` steps begins; the display
+    shows ``[n/total] description`` with a spinner and the elapsed time. With ``quiet`` (a
+    ``--json`` run) or a console that is not a terminal, ``step`` does nothing."""
+    if quiet or not console.is_terminal:
+        yield lambda description: None
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"),
+                        TimeElapsedColumn(), console=console, transient=True)
+    task = progress.add_task("starting", total=total)
+    done = -1
+
+    def step(description: str) -> None:
+        nonlocal done
+        done += 1
+        progress.update(task, completed=done, description=f"[{done + 1}/{total}] {description}")
+        progress.refresh()  # shown as the step begins, not at the next tick
+
+    with progress:
+        yield step
