@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A prospective test of the unmeasured-shape answers (issue 18 item 3): Qwen2.5-7B, a shape no
 # shipped trial has, measured on the H200 after the shipped knowledge's answers for it were
-# written and committed (benchmarks/shape_prospective.py predict ->
+# written and committed (docs/benchmarks/h200-qwen7b-2026-12-04/shape_prospective.py predict ->
 # docs/benchmarks/h200-qwen7b-2026-12-04/predictions.json). Run through the device tool on
 # nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna,
 # sqlalchemy, sqlmodel, ... wheels for Python 3.12), like docs/benchmarks/h200-2026-12-03/h200_third_shape_2026_12_03.sh,
