@@ -12,11 +12,20 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-__all__ = ["steps"]
+__all__ = ["counted", "steps"]
 
 Step = Callable[[str], None]
+#: ``tick(done, total, item)``: ``done`` of ``total`` items finished, ``item`` the one begun.
+Tick = Callable[[int, int, str], None]
 
 
 @contextlib.contextmanager
@@ -40,3 +49,24 @@ def steps(console: Console, total: int, *, quiet: bool = False) -> Iterator[Step
 
     with progress:
         yield step
+
+
+@contextlib.contextmanager
+def counted(console: Console, what: str, *, quiet: bool = False) -> Iterator[Tick]:
+    """Yield ``tick(done, total, item)`` for work over a count known only once it starts (the
+    imported studies the dashboard builds): a bar of ``done``/``total`` with ``what`` and the
+    item under way. Shown on a terminal only, as :func:`steps`."""
+    if quiet or not console.is_terminal:
+        yield lambda done, total, item: None
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"),
+                        BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                        transient=True)
+    task = progress.add_task(what, total=None)
+
+    def tick(done: int, total: int, item: str) -> None:
+        progress.update(task, completed=done, total=total, description=f"{what}: {item}")
+        progress.refresh()
+
+    with progress:
+        yield tick

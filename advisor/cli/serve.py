@@ -105,6 +105,7 @@ def dashboard_cmd(
 
     import optuna
 
+    from advisor.cli.progress import counted
     from advisor.dashboard import backfill_optuna_studies, dashboard_app
     from advisor.optuna_bridge import optuna_storage
 
@@ -112,7 +113,9 @@ def dashboard_cmd(
     store = cli_store(settings)
     storage = optuna_storage(store.url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    created = backfill_optuna_studies(store, storage)
+    with counted(err, "building the Optuna studies of imported studies (once per store)"
+                 ) as tick:
+        created = backfill_optuna_studies(store, storage, progress=tick)
     if created:
         err.print(f"built the Optuna studies of {created} imported studies (once per store)")
     wsgi_app = dashboard_app(storage)

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from advisor.cli import main
-from advisor.cli.progress import steps
+from advisor.cli.progress import counted, steps
 
 
 def _console(terminal: bool) -> tuple[Console, io.StringIO]:
@@ -29,6 +29,18 @@ def test_steps_show_on_a_terminal_only() -> None:
         with steps(console, 1, quiet=quiet) as step:
             step("fitting")
         assert shown.getvalue() == ""
+
+
+def test_a_count_shows_done_of_total_and_the_item_on_a_terminal_only() -> None:
+    console, shown = _console(terminal=True)
+    with counted(console, "building") as tick:
+        tick(0, 3, "study-a")
+        tick(2, 3, "study-c")
+    assert "building: study-c" in shown.getvalue() and "2/3" in shown.getvalue()
+    console, shown = _console(terminal=False)
+    with counted(console, "building") as tick:
+        tick(0, 3, "study-a")
+    assert shown.getvalue() == ""
 
 
 @pytest.fixture

@@ -176,7 +176,10 @@ def test_a_recorded_study_of_no_requested_trials_and_no_sampler_is_shown(
     store = TrialStore(db_url)
     import_jsonl(store, lines)
     assert store.list_studies()[0].n_trials == 0
-    assert backfill_optuna_studies(store, optuna_storage(db_url)) == 1
+    seen: list[tuple[int, int, str]] = []
+    assert backfill_optuna_studies(store, optuna_storage(db_url),
+                                   progress=lambda *a: seen.append(a)) == 1
+    assert seen == [(0, 1, "measured-alongside")]  # what `advisor dashboard` shows as it builds
 
     detail = _study(serve(db_url), "measured-alongside")
     assert detail["objective_names"] == ["qps"]
