@@ -190,6 +190,51 @@ def test_a_recorded_study_of_no_requested_trials_and_no_sampler_is_shown(
                        for t in complete]
 
 
+def test_deferred_trials_are_built_when_a_study_is_first_opened(tmp_path: Path) -> None:
+    """`advisor dashboard` creates imported studies at once and their trials later (Optuna writes
+    them row by row: minutes for the shipped knowledge): a study opened in the page gets its
+    trials before its answer, the same trials an eager build gives."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    _run_study(source, tmp_path, name="first")
+    _run_study(source, tmp_path, name="second")
+    buffer = io.StringIO()
+    export_jsonl(TrialStore(source), buffer)
+    lines = buffer.getvalue().splitlines()
+    eager_url, lazy_url = (f"sqlite:///{tmp_path / n}" for n in ("eager.db", "lazy.db"))
+    eager, lazy = TrialStore(eager_url), TrialStore(lazy_url)
+    for store in (eager, lazy):
+        import_jsonl(store, lines)
+    backfill_optuna_studies(eager, optuna_storage(eager_url))
+    storage = optuna_storage(lazy_url)
+    assert backfill_optuna_studies(lazy, storage, defer_trials=True) == 2
+    assert [optuna.load_study(study_name=n, storage=storage).trials
+            for n in ("first", "second")] == [[], []]
+    app = dashboard_app(storage, lazy)
+    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        shown = _study(base, "first")
+        expected = _study_of(eager_url, "first")
+        assert [(t["number"], t["state"], t.get("values"), t.get("constraints") or [])
+                for t in shown["trials"]] == [
+            (t.number, t.state.name.title(), t.values, t.system_attrs.get("constraints", []))
+            for t in expected.trials]
+        assert optuna.load_study(study_name="second", storage=storage).trials == []
+        app.pending.build_all()  # type: ignore[attr-defined]  # what the background thread does
+        assert len(optuna.load_study(study_name="second", storage=storage).trials) == len(
+            _study_of(eager_url, "second").trials)
+        assert not optuna.load_study(study_name="first", storage=storage).user_attrs[
+            "advisor_trials_pending"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _study_of(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=optuna_storage(url))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
