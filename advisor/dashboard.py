@@ -215,7 +215,9 @@ def _add_trials(store: TrialStore, storage: optuna.storages.BaseStorage, study: 
     distributions = {k: _distribution(space, k, values) for k, values in seen.items()}
     frozen = [_frozen_trial(rec, spec.slo, distributions) for rec in records]
     ostudy = optuna.load_study(storage=storage, study_name=study.name)
-    ostudy.add_trials(frozen)
+    # Trials are added one by one, in order: a build cut short (the dashboard stopped) left the
+    # first ones, and the next build adds only the rest.
+    ostudy.add_trials(frozen[len(ostudy.get_trials(deepcopy=False)):])
     if ostudy.user_attrs.get(PENDING_ATTR):
         ostudy.set_user_attr(PENDING_ATTR, False)
 

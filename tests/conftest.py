@@ -67,8 +67,8 @@ LONGEST_MODULES = (
     "tests/e2e/test_cli_sweep_ray.py",  # 94 s
     "tests/e2e/test_cli_sweep.py",  # 84 s
     "tests/e2e/test_cli_faiss.py",  # 63 s
-    # 2026-12-06, under a load average of 10: 242 s, 176 s of it `advisor dashboard` building
-    # the Optuna studies of the 140 shipped ones (86 s for that test on a lighter load)
+    # 87 s (2026-12-06, load average 7, Chromium absent; 242 s before the dashboard deferred
+    # the shipped studies' trials): the fresh-store dashboard and two Chromium tests in CI
     "tests/advisor/test_dashboard.py",
     "tests/advisor/test_study_lease.py",  # 62 s
     "tests/advisor/test_recommend_model.py",  # 53 s
