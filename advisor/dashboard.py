@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -32,34 +34,44 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from advisor.errors import AdvisorError
+from advisor.objective import Objective
 from advisor.optuna_bridge import (
     DASHBOARD_CONSTRAINTS_KEY,
     best_feasible_trial,
     describe_optuna_study,
 )
-from advisor.study_spec import StoredStudy
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import invalid_reason
-from objectives import SLO
+from objectives import SLO, Workload, parse_slo
 from objectives.registry import get_target
 from search_spaces import Knob, SearchSpace
 
-__all__ = ["backfill_optuna_studies", "dashboard_app"]
+__all__ = ["PENDING_ATTR", "backfill_optuna_studies", "dashboard_app"]
 
 _STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
+#: Any answer about one study (its detail, plots, importances): its trials must exist first.
+_STUDY_PAGE = re.compile(r"/api/studies/(\d+)(?:/|$)")
+#: Study user attribute of an imported study whose trials are not yet built (see
+#: :func:`backfill_optuna_studies` with ``defer_trials``).
+PENDING_ATTR = "advisor_trials_pending"
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
 class _FeasibleBest:
-    """WSGI middleware: the dashboard's answer for one study, with ``best_trials`` recomputed."""
+    """WSGI middleware: the dashboard's answer for one study, with ``best_trials`` recomputed;
+    an imported study whose trials are still to be built gets them before it is shown."""
 
-    def __init__(self, app: WSGIApp, storage: optuna.storages.BaseStorage) -> None:
-        self.app, self.storage = app, storage
+    def __init__(self, app: WSGIApp, storage: optuna.storages.BaseStorage,
+                 pending: _PendingTrials | None = None) -> None:
+        self.app, self.storage, self.pending = app, storage, pending
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if self.pending is not None and (
+                opened := _STUDY_PAGE.match(environ.get("PATH_INFO", ""))):
+            self.pending.build(int(opened.group(1)))
         match = _STUDY_DETAIL.fullmatch(environ.get("PATH_INFO", ""))
         if match is None or environ.get("REQUEST_METHOD") != "GET":
             return self.app(environ, start_response)
@@ -94,8 +106,10 @@ class _FeasibleBest:
         return json.dumps(data).encode()
 
 
-def dashboard_app(storage: optuna.storages.BaseStorage) -> WSGIApp:
-    """optuna-dashboard's WSGI app on ``storage``, its best trial the best feasible one."""
+def dashboard_app(storage: optuna.storages.BaseStorage, store: TrialStore | None = None
+                  ) -> WSGIApp:
+    """optuna-dashboard's WSGI app on ``storage``, its best trial the best feasible one. With
+    ``store``, an imported study whose trials were deferred gets them when first opened."""
     try:
         from optuna_dashboard import wsgi
     except ImportError:
@@ -103,13 +117,49 @@ def dashboard_app(storage: optuna.storages.BaseStorage) -> WSGIApp:
 
         raise EngineUnavailableError("optuna-dashboard is not installed: pip install "
                                      "'slo-advisor[dashboard]'") from None
-    return _FeasibleBest(wsgi(storage), storage)
+    pending = None if store is None else _PendingTrials(store, storage)
+    return _FeasibleBest(wsgi(storage), storage, pending)
+
+
+class _PendingTrials:
+    """The imported studies whose Optuna trials are still to be built, and the building: once,
+    under a lock (the page's requests and the background builder may ask together)."""
+
+    def __init__(self, store: TrialStore, storage: optuna.storages.BaseStorage) -> None:
+        self.store, self.storage = store, storage
+        self._lock = threading.Lock()
+        self._ids = {s._study_id for s in storage.get_all_studies()
+                     if s.user_attrs.get(PENDING_ATTR)}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def build(self, study_id: int) -> None:
+        if study_id not in self._ids:
+            return
+        with self._lock:
+            if study_id not in self._ids:
+                return
+            name = self.storage.get_study_name_from_id(study_id)
+            record = next(s for s in self.store.list_studies() if s.name == name)
+            _add_trials(self.store, self.storage, record)
+            self._ids.discard(study_id)
+
+    def build_all(self, progress: Callable[[int, int, str], None] | None = None) -> None:
+        """Build every pending study, in id order (run in a background thread)."""
+        ids = sorted(self._ids)
+        for done, study_id in enumerate(ids):
+            if progress is not None:
+                progress(done, len(ids), str(study_id))
+            self.build(study_id)
 
 
 # -- imported studies ---------------------------------------------------------------------------
 
 
-def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStorage) -> int:
+def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStorage,
+                            progress: Callable[[int, int, str], None] | None = None, *,
+                            defer_trials: bool = False) -> int:
     """Create the Optuna study of every imported study that has none; returns how many.
 
     Each stored trial becomes an Optuna trial: a measured one complete, with its objective, its
@@ -117,20 +167,39 @@ def backfill_optuna_studies(store: TrialStore, storage: optuna.storages.BaseStor
     failed, and so is an invalid one (measured, but it failed its validity check: the driver
     tells Optuna the same), with the reason as its ``invalid`` attribute. The Optuna study is
     marked ``imported`` and is a record only: imported studies are not resumed (their sampler
-    history stayed in the database they were run against).
+    history stayed in the database they were run against). ``progress(done, total, name)`` is
+    called as each study begins: the shipped knowledge's 140 take minutes on 2 cores (Optuna
+    writes each trial row by row). With ``defer_trials`` only the studies are created (seconds)
+    and marked pending; :func:`dashboard_app` given the store adds a study's trials when it is
+    first opened, and ``advisor dashboard`` builds the rest in the background.
     """
     existing = {s.study_name for s in storage.get_all_studies()}
-    created = 0
-    for study in store.list_studies():
-        if study.status != StudyStatus.IMPORTED or study.name in existing:
-            continue
-        _build(store, storage, study)
-        created += 1
-    return created
+    pending = [s for s in store.list_studies()
+               if s.status == StudyStatus.IMPORTED and s.name not in existing]
+    for done, study in enumerate(pending):
+        if progress is not None:
+            progress(done, len(pending), study.name)
+        _build(store, storage, study, defer_trials=defer_trials)
+    return len(pending)
 
 
-def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord) -> None:
-    spec = StoredStudy.of(study).resume_spec()
+def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord, *,
+           defer_trials: bool = False) -> None:
+    spec = _RecordedTerms.of(study)
+    ostudy = optuna.create_study(storage=storage, study_name=study.name,
+                                 direction=spec.objective.direction, load_if_exists=True)
+    describe_optuna_study(ostudy, spec)
+    ostudy.set_user_attr("imported", True)
+    if defer_trials:
+        ostudy.set_user_attr(PENDING_ATTR, True)
+    else:
+        _add_trials(store, storage, study)
+
+
+def _add_trials(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord
+                ) -> None:
+    """The Optuna trials of imported ``study`` (whose Optuna study exists), from its records."""
+    spec = _RecordedTerms.of(study)
     try:
         space: SearchSpace | None = get_target(study.target).space()
     except AdvisorError:  # a target this install does not have: knobs become categorical
@@ -145,11 +214,37 @@ def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: Study
                 seen[k].append(v)
     distributions = {k: _distribution(space, k, values) for k, values in seen.items()}
     frozen = [_frozen_trial(rec, spec.slo, distributions) for rec in records]
-    ostudy = optuna.create_study(storage=storage, study_name=study.name,
-                                 direction=spec.objective.direction, load_if_exists=True)
-    describe_optuna_study(ostudy, spec)
-    ostudy.set_user_attr("imported", True)
-    ostudy.add_trials(frozen)
+    ostudy = optuna.load_study(storage=storage, study_name=study.name)
+    # Trials are added one by one, in order: a build cut short (the dashboard stopped) left the
+    # first ones, and the next build adds only the rest.
+    ostudy.add_trials(frozen[len(ostudy.get_trials(deepcopy=False)):])
+    if ostudy.user_attrs.get(PENDING_ATTR):
+        ostudy.set_user_attr(PENDING_ATTR, False)
+
+
+@dataclass(frozen=True)
+class _RecordedTerms:
+    """What an imported study tuned for (target, SLO, objective, workload), read from its record.
+
+    Not a :class:`~advisor.study_spec.StudySpec`: a spec is something to *run*, and refuses what
+    a record may hold (a shipped study measured by another study's trials asked for 0 trials of
+    its own; an imported one names no sampler). The dashboard shows only these four terms."""
+
+    target: str
+    slo: SLO
+    objective: Objective
+    workload: Workload
+
+    @classmethod
+    def of(cls, study: StudyRecord) -> _RecordedTerms:
+        doc = study.spec
+        if doc is None:  # a study stored by an earlier release: its row holds the terms
+            return cls(study.target, parse_slo(study.slo),
+                       Objective(study.objective_metric, study.objective_direction),  # type: ignore[arg-type]
+                       Workload.from_spec(study.workload_spec))
+        return cls(doc["target"], parse_slo(doc["slo"]),
+                   Objective(doc["objective"]["metric"], doc["objective"]["direction"]),
+                   Workload.from_spec(doc["workload"]))
 
 
 def _frozen_trial(rec: TrialRecord, slo: SLO, distributions: dict[str, BaseDistribution]

@@ -7,6 +7,9 @@ prints them without a traceback; the API maps them to HTTP codes in one place.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "AdvisorError",
     "ConfigRejectedError",
@@ -27,7 +30,19 @@ __all__ = [
     "TrialTakenError",
     "UnknownTargetError",
     "WorkloadError",
+    "did_you_mean",
 ]
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'ttft_p95_ms'?"`` for the choice closest to a misspelt ``name``, ``""``
+    when none is close: appended to an error naming ``name``, it replaces a list of every valid
+    name with the one meant. A closer cut than Click's own (0.6), which offered a target name
+    for an unrelated four-letter word."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    return f"; did you mean {close[0]!r}?"
 
 
 class AdvisorError(Exception):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from advisor.errors import InputError, SLOParseError
@@ -93,12 +93,13 @@ def check_numbers(value: Any, where: str) -> Any:
     return value
 
 
-def requested_slo(text: str) -> SLO:
+def requested_slo(text: str, known: Collection[str] | None = None) -> SLO:
     """Parse an SLO a user asks for (:func:`~objectives.slo.parse_slo`) and check that it says
     something: at least one bound, and none that can never hold or always holds (every metric in
     the catalogue is non-negative; fractions lie in [0, 1]; a time is positive). Stored SLOs are
-    read with ``parse_slo`` as they were written."""
-    slo = parse_slo(text)
+    read with ``parse_slo`` as they were written. ``known``: the asked target's metrics, which
+    an unknown name is matched against (its near miss, else its list)."""
+    slo = parse_slo(text, known)
     if not slo.bounds:
         raise SLOParseError(f"the SLO {text!r} has no bound; give at least one, e.g. "
                             "'p95_latency_ms<=2' or 'ttft_p95_ms<=300,tpot_p95_ms<=40'")

@@ -13,17 +13,18 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from advisor.objective import Objective
 from advisor.samplers import STARTUP_TRIALS, sampler_factory
 from advisor.study_spec import FIXED_ATTR, STARTUP_ATTR, SWEPT_ATTR, StoredStudy, StudySpec
 from advisor.swept_trials import constraint_attrs, swept_trial_template
 from knowledge import TrialRecord, TrialStatus
-from objectives import SLO
+from objectives import SLO, Workload
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "REQUEUED_ATTR", "ROLE_ATTR", "OptunaBridge",
            "best_feasible_trial", "describe_optuna_study", "optuna_storage", "tell_constraints",
@@ -66,7 +67,21 @@ def tell_constraints(otrial: optuna.Trial, slo: SLO, metrics: Mapping[str, float
         otrial.set_user_attr(key, value)
 
 
-def describe_optuna_study(ostudy: optuna.Study, spec: StudySpec) -> None:
+class StudyTerms(Protocol):
+    """What a study tunes for, as :func:`describe_optuna_study` records it: a :class:`StudySpec`,
+    or the terms of a stored record that no driver will run (an imported study)."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def slo(self) -> SLO: ...
+    @property
+    def objective(self) -> Objective: ...
+    @property
+    def workload(self) -> Workload: ...
+
+
+def describe_optuna_study(ostudy: optuna.Study, spec: StudyTerms) -> None:
     """Record what the study tunes for where optuna-dashboard shows it: the objective metric's
     name (``set_metric_names``, else the dashboard says "Objective 0") and the SLO, objective,
     target and workload as study user attributes. Written only when they differ (resume)."""

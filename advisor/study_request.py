@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.driver import CoMeasured, StudySpec, complete_enqueued
-from advisor.errors import SearchSpaceError, StudyError
+from advisor.errors import SearchSpaceError, StudyError, did_you_mean
 from advisor.inputs import check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
@@ -106,7 +106,8 @@ def check_sampler(name: str) -> str:
 
 def resolve_slo(target: Target, text: str | None) -> SLO:
     """The SLO asked for (the target's default when ``None``), on metrics ``target`` reports."""
-    slo = requested_slo(target.default_slo if text is None else text)
+    slo = requested_slo(target.default_slo if text is None else text,
+                        target.reported_metrics())
     slo.check_metrics(target.name, target.reported_metrics())
     return slo
 
@@ -177,7 +178,8 @@ def _check_fixed(space: SearchSpace, fixed: Mapping[str, Any]) -> dict[str, Any]
     clean: dict[str, Any] = {}
     for name, value in fixed.items():
         if name not in space:
-            problems.append(f"unknown knob {name!r}")
+            problems.append(f"unknown knob {name!r}"
+                            f"{did_you_mean(name, [k.name for k in space.knobs])}")
             continue
         knob = space.knob(name)
         if knob.type == "int" and isinstance(value, float) and value.is_integer():

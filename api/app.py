@@ -92,9 +92,10 @@ def create_app(settings: Settings | None = None, *, import_shipped: bool = False
 
 
 def _mark_reads_open(app: FastAPI, routes: list[Any]) -> None:
-    """In the OpenAPI schema, read endpoints take the key but do not need it (``security``
-    lists the empty requirement first): FastAPI marks every operation with a security
-    dependency as secured, and clients generated from the schema would then demand a key."""
+    """In the OpenAPI schema, read endpoints carry no ``security``: FastAPI marks every operation
+    with a security dependency as secured, so Swagger UI drew a padlock on reads that need no key
+    (closed, even: an optional ``[{}, ...]`` requirement counts as met) and clients generated
+    from the schema would demand one. The padlock stays on the routes that need the key."""
     original = app.openapi
 
     def needs(dependant: Any, check: Any) -> bool:
@@ -112,8 +113,8 @@ def _mark_reads_open(app: FastAPI, routes: list[Any]) -> None:
                 continue
             for method in route.methods or ():
                 operation = schema.get("paths", {}).get(route.path_format, {}).get(method.lower())
-                if operation is not None and operation.get("security"):
-                    operation["security"] = [{}, *operation["security"]]
+                if operation is not None:
+                    operation.pop("security", None)
         app.openapi_schema = schema
         return schema
 

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 #: The entry-point group naming, per workload kind, the factory of a context's simulator.
 ENTRY_POINT_GROUP = "slo_advisor.load_simulators"
 #: The simulator's weight in the geometric mean ``curve^(1 - w) * simulator^w``. Equal weights
-#: were named before the blend was first scored (benchmarks/batch_sim.py); scored beside it on
+#: were named before the blend was first scored
+#: (docs/benchmarks/h200-batch-sim-2026-12-04/batch_sim.py); scored beside it on
 #: the 8B's TTFT p95, 0.25 lost on both held-out tests and 0.75 won on one and lost on the
 #: other (docs/knowledge.md), so the named weight stays.
 SIM_WEIGHT = 0.5

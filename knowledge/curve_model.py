@@ -8,7 +8,8 @@ a queue), non-decreasing in the rate, instead of a black box's guess at one rate
 
 Three regressors compete (:data:`FAMILIES`) and a fourth is the baseline they must beat:
 ``mean`` (every measured config's average curve, no knobs). Which one answers is chosen on
-held-out configs (``benchmarks/curve_knobs.py``; docs/knowledge.md). Like the curves, nothing here
+held-out configs (``docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py``; docs/knowledge.md).
+Like the curves, nothing here
 names an engine, a knob or a metric: the roles come from :class:`~knowledge.load_curve.LoadRoles`
 and the knobs from the context's :class:`~knowledge.surrogates.FeatureEncoder`.
 """
@@ -35,7 +36,8 @@ UTILISATIONS = np.asarray([0.2, 0.4, 0.6, 0.75, 0.85, 0.95, 1.05, 1.2])
 #: Regressors of the curve parameters on the knobs (``mean`` ignores the knobs: the baseline).
 FAMILIES = ("mean", "nearest", "ridge", "gp")
 #: The family whose predicted curves answer for unmeasured configs (None: the surrogates
-#: answer), chosen on held-out configs of the shipped data (benchmarks/curve_knobs.py).
+#: answer), chosen on held-out configs of the shipped data
+#: (docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py).
 KNOB_CURVE_FAMILY: str | None = "gp"
 #: Curves with a capacity seen in their own data a model needs before it answers.
 MIN_CURVES = 4

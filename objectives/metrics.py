@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from advisor.errors import SLOParseError
+from advisor.errors import SLOParseError, did_you_mean
 
 __all__ = [
     "LLM_SERVING",
@@ -24,6 +24,7 @@ __all__ = [
     "MetricSpec",
     "metric_spec",
     "metrics_in_families",
+    "unknown_metric",
 ]
 
 Better = Literal["lower", "higher"]
@@ -131,14 +132,21 @@ _SPECS: list[MetricSpec] = [
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 
 
+def unknown_metric(name: str, known: Iterable[str]) -> str:
+    """The message for a metric name not in ``known``: the near miss when there is one
+    (``ttft_p95`` -> ``ttft_p95_ms``), else every name in ``known``."""
+    hint = did_you_mean(name, known)
+    if hint:
+        return f"unknown metric {name!r}{hint}"
+    return f"unknown metric {name!r}; valid metrics are: {', '.join(sorted(known))}"
+
+
 def metric_spec(name: str) -> MetricSpec:
     """Return the spec of ``name``; unknown names raise an error listing the valid ones."""
     try:
         return METRICS[name]
     except KeyError:
-        raise SLOParseError(
-            f"unknown metric {name!r}; valid metrics are: {', '.join(sorted(METRICS))}"
-        ) from None
+        raise SLOParseError(unknown_metric(name, METRICS)) from None
 
 
 def metrics_in_families(families: Iterable[str]) -> list[MetricSpec]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from advisor.errors import UnknownTargetError
+from advisor.errors import UnknownTargetError, did_you_mean
 from objectives.metrics import MetricSpec, metrics_in_families
 from objectives.target import Target
 
@@ -62,9 +62,10 @@ def target_class(name: str) -> type[Target]:
     try:
         path = _registry()[name]
     except KeyError:
-        raise UnknownTargetError(
-            f"unknown target {name!r}; registered targets: {', '.join(target_names())}"
-        ) from None
+        hint = did_you_mean(name, target_names())
+        raise UnknownTargetError(f"unknown target {name!r}{hint}" if hint else
+                                 f"unknown target {name!r}; registered targets: "
+                                 f"{', '.join(target_names())}") from None
     module_name, _, class_name = path.partition(":")
     cls: type[Target] = getattr(importlib.import_module(module_name), class_name)
     return cls

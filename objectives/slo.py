@@ -13,8 +13,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from advisor.errors import SLOParseError
-from objectives.metrics import METRICS, metric_spec
+from advisor.errors import SLOParseError, did_you_mean
+from objectives.metrics import METRICS, metric_spec, unknown_metric
 
 __all__ = ["SLO", "Bound", "parse_slo"]
 
@@ -77,7 +77,9 @@ class SLO:
         """Raise if a bound names a metric that ``target`` (reporting ``reported``) lacks."""
         for b in self.bounds:
             if b.metric not in reported:
+                hint = did_you_mean(b.metric, reported)
                 raise SLOParseError(
+                    f"target {target!r} does not report {b.metric!r}{hint}" if hint else
                     f"target {target!r} does not report {b.metric!r}; "
                     f"its metrics are: {', '.join(sorted(reported))}"
                 )
@@ -86,10 +88,12 @@ class SLO:
         return ",".join(str(b) for b in self.bounds)
 
 
-def parse_slo(text: str) -> SLO:
+def parse_slo(text: str, known: Collection[str] | None = None) -> SLO:
     """Parse ``"metric<=value, metric>=value, ..."`` into an :class:`SLO`.
 
-    Raises :class:`SLOParseError` naming the bad part and listing valid metrics.
+    Raises :class:`SLOParseError` naming the bad part: for a metric name not in ``known`` (the
+    asked target's metrics; every catalogued metric when None), the near miss it was meant to
+    be, else the names in ``known`` only.
     """
     if text is None:
         raise SLOParseError("SLO expression is missing")
@@ -102,9 +106,11 @@ def parse_slo(text: str) -> SLO:
             raise SLOParseError(
                 f"cannot parse SLO bound {part!r}: expected '<metric><=<number>' or "
                 f"'<metric>>=<number>', e.g. 'p95_latency_ms<=2' or 'recall_at_10>=0.95'. "
-                f"Valid metrics: {', '.join(sorted(METRICS))}"
+                f"Valid metrics: {', '.join(sorted(METRICS if known is None else known))}"
             )
         name, op, value = match["metric"], match["op"], float(match["value"])
+        if known is not None and name not in known and name not in METRICS:
+            raise SLOParseError(unknown_metric(name, known))
         spec = metric_spec(name)
         key = (name, op)
         if key in seen:

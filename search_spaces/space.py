@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from advisor.errors import SearchSpaceError
+from advisor.errors import SearchSpaceError, did_you_mean
 from search_spaces.knobs import Knob, parse_flags
 
 __all__ = ["KNOB_ROLES", "SPACES_DIR", "SearchSpace", "load_space", "visible_gpu_count"]
@@ -49,10 +49,11 @@ class SearchSpace:
         for k in self.knobs:
             if k.name == name:
                 return k
-        raise SearchSpaceError(
-            f"{self.target} has no knob {name!r}; its knobs are: "
-            f"{', '.join(k.name for k in self.knobs)}"
-        )
+        names = [k.name for k in self.knobs]
+        hint = did_you_mean(name, names)
+        raise SearchSpaceError(f"{self.target} has no knob {name!r}{hint}" if hint else
+                               f"{self.target} has no knob {name!r}; its knobs are: "
+                               f"{', '.join(names)}")
 
     def knob_with_role(self, role: str) -> str | None:
         """The name of the knob declaring ``role`` (:data:`KNOB_ROLES`), None if none does."""
@@ -85,7 +86,7 @@ class SearchSpace:
         names = {k.name for k in self.knobs}
         for name in config:
             if name not in names:
-                problems.append(f"unknown knob {name!r}")
+                problems.append(f"unknown knob {name!r}{did_you_mean(name, names)}")
         clean: dict[str, Any] = {}
         for k in self.knobs:
             if not k.is_active(clean):

@@ -12,6 +12,7 @@ import typer
 
 from advisor.cheatsheet import build_cheatsheet
 from advisor.cli.context import choice, cli_settings, cli_store, err, knowledge_models, one_line
+from advisor.cli.progress import steps
 
 __all__ = ["cheatsheet_cmd"]
 
@@ -35,12 +36,16 @@ def cheatsheet_cmd(
     class x SLO tier, with predicted metrics, knob importance and fitted rules of thumb."""
     settings = cli_settings()
     store = cli_store(settings)
-    sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
-                             workload_class=workload_class, tier=tier,
-                             models=knowledge_models(settings, store, target))
-
-    text = (sheet.to_markdown() if fmt == "md" else sheet.to_html() if fmt == "html"
-            else json.dumps(sheet.to_dict(), indent=1, sort_keys=False))
+    with steps(err, 3, quiet=fmt == "json") as step:
+        step("loading the surrogate models (fitting them when none are saved)")
+        models = knowledge_models(settings, store, target)
+        step(f"building the cheat-sheet from {len(models.contexts)} fitted contexts")
+        sheet = build_cheatsheet(store, target=target, hardware=hardware, model=model,
+                                 workload_class=workload_class, tier=tier, models=models)
+        step(f"rendering {len(sheet.sections)} sections as {fmt}"
+             f"{' with figures' if fmt == 'html' else ''}")
+        text = (sheet.to_markdown() if fmt == "md" else sheet.to_html() if fmt == "html"
+                else json.dumps(sheet.to_dict(), indent=1, sort_keys=False))
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:

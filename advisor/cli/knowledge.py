@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from advisor.cli.context import choice, cli_settings, cli_store, err, one_line, out, probability
+from advisor.cli.progress import steps
 from advisor.cli.render import emit_table, print_json
 from advisor.errors import AdvisorError
 from advisor.evaluation import audit_store_trials
@@ -92,10 +93,14 @@ def knowledge_fit_cmd(
     cache dir so `advisor recommend` answers without fitting."""
     settings = cli_settings()
     store = cli_store(settings)
-    models = KnowledgeModels.fit(store, family=family, target=target)
-    cache = ModelCache(store, settings.cache_dir, family=family, target=target,
-                       shared_dir=settings.shared_model_dir)
-    cache.save(models)
+    with steps(err, 2, quiet=as_json) as step:
+        step(f"fitting {family} surrogates on the stored trials"
+             f"{f' of {target}' if target else ''} (each context cross-validated)")
+        models = KnowledgeModels.fit(store, family=family, target=target)
+        step(f"saving {len(models.contexts)} contexts to the cache dir")
+        cache = ModelCache(store, settings.cache_dir, family=family, target=target,
+                           shared_dir=settings.shared_model_dir)
+        cache.save(models)
     rows = [{"context": ctx.key.label(), **mm.score.to_dict()}
             for ctx in models.contexts.values() for mm in ctx.metrics.values() if mm.score]
     if as_json:

@@ -8,6 +8,7 @@ import logging
 from typing import Annotated
 
 import typer
+import typer.core
 
 from advisor import __version__
 from advisor.cli import (
@@ -24,6 +25,25 @@ from advisor.cli import (
 from advisor.cli.context import State, out
 
 __all__ = ["app"]
+
+def _flag_type_hidden() -> None:
+    """Typer 0.29's help gives every on/off flag a ``<bool>`` type column (``--json <bool>``),
+    which reads as if the flag took a value; a flag takes none, so it shows no type. Options
+    with a value keep theirs (``<int>``, ``tpe|gp|random``)."""
+    show = typer.core.TyperOption.display_type_rich
+    if getattr(show, "_flags_hidden", False):
+        return
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag and not self.count and self.metavar is None:
+            return None
+        return show(self, ctx)
+
+    display_type_rich._flags_hidden = True  # type: ignore[attr-defined]
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
+
+
+_flag_type_hidden()
 
 app = typer.Typer(
     name="advisor",

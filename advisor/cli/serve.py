@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 import signal
+import threading
 import time
 from typing import Annotated, Any
 
@@ -105,6 +106,7 @@ def dashboard_cmd(
 
     import optuna
 
+    from advisor.cli.progress import counted
     from advisor.dashboard import backfill_optuna_studies, dashboard_app
     from advisor.optuna_bridge import optuna_storage
 
@@ -112,10 +114,20 @@ def dashboard_cmd(
     store = cli_store(settings)
     storage = optuna_storage(store.url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    created = backfill_optuna_studies(store, storage)
+    # Imported studies get their Optuna studies now (seconds) and their trials later: Optuna
+    # writes a trial row by row, minutes for the shipped knowledge on 2 cores. A study opened
+    # in the page gets its trials first; a background thread builds the rest.
+    with counted(err, "creating the Optuna studies of imported studies (once per store)"
+                 ) as tick:
+        created = backfill_optuna_studies(store, storage, progress=tick, defer_trials=True)
     if created:
-        err.print(f"built the Optuna studies of {created} imported studies (once per store)")
-    wsgi_app = dashboard_app(storage)
+        err.print(f"created the Optuna studies of {created} imported studies (once per store)")
+    wsgi_app = dashboard_app(storage, store)
+    pending = getattr(wsgi_app, "pending", None)
+    if pending:
+        err.print(f"building the trials of {len(pending)} imported studies in the background; "
+                  "a study opened in the page gets its own first")
+        threading.Thread(target=pending.build_all, name="dashboard-backfill", daemon=True).start()
 
     class _Quiet(WSGIRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # one line per request: noise

@@ -5,7 +5,8 @@ looked up for that corpus; zeros compress to nothing). docs/rag.md gives the fid
 
     .venv/bin/python scripts/device/pack_minilm_fp16.py .rag-device/minilm-fp16.tar.gz
 
-scripts/device/h200_rag_2026_11_30.sh unpacks it and stores the weights as fp32 again.
+docs/benchmarks/h200-2026-11-30/h200_rag_2026_11_30.sh unpacks it and stores the weights as fp32
+again.
 """
 
 from __future__ import annotations

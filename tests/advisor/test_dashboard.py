@@ -8,6 +8,7 @@ installed, a real headless browser), on SQLite and on the local PostgreSQL serve
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import socket
@@ -156,6 +157,88 @@ def test_imported_study_gets_an_optuna_study_the_dashboard_shows(
     assert best["values"] == [pytest.approx(result.best.objective_value)]
 
 
+def test_a_recorded_study_of_no_requested_trials_and_no_sampler_is_shown(
+        tmp_path: Path, serve: Callable[[str], str]) -> None:
+    """Shipped studies measured by another study's trials record a budget of 0 and sampler
+    ``none``: a record the dashboard shows, though no driver could run it (it refused to start)."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    result = _run_study(source, tmp_path, name="measured-alongside")
+    buffer = io.StringIO()
+    export_jsonl(TrialStore(source), buffer)
+    lines = []
+    for line in buffer.getvalue().splitlines():
+        row = json.loads(line)
+        row["study"].update(n_trials=0, sampler="none")
+        if row["study"].get("spec"):
+            row["study"]["spec"].update(n_trials=0, sampler="none")
+        lines.append(json.dumps(row))
+    db_url = f"sqlite:///{tmp_path / 'advisor.db'}"
+    store = TrialStore(db_url)
+    import_jsonl(store, lines)
+    assert store.list_studies()[0].n_trials == 0
+    seen: list[tuple[int, int, str]] = []
+    assert backfill_optuna_studies(store, optuna_storage(db_url),
+                                   progress=lambda *a: seen.append(a)) == 1
+    assert seen == [(0, 1, "measured-alongside")]  # what `advisor dashboard` shows as it builds
+
+    detail = _study(serve(db_url), "measured-alongside")
+    assert detail["objective_names"] == ["qps"]
+    assert _attrs(detail["user_attrs"])["slo"] == SLO
+    complete = [t for t in result.trials if t.status == TrialStatus.COMPLETE]
+    margins = [t["constraints"] for t in detail["trials"] if t["state"] == "Complete"]
+    assert margins == [pytest.approx(list(parse_slo(SLO).margins(t.metrics).values()))
+                       for t in complete]
+
+
+def test_deferred_trials_are_built_when_a_study_is_first_opened(tmp_path: Path) -> None:
+    """`advisor dashboard` creates imported studies at once and their trials later (Optuna writes
+    them row by row: minutes for the shipped knowledge): a study opened in the page gets its
+    trials before its answer, the same trials an eager build gives."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    _run_study(source, tmp_path, name="first")
+    _run_study(source, tmp_path, name="second")
+    buffer = io.StringIO()
+    export_jsonl(TrialStore(source), buffer)
+    lines = buffer.getvalue().splitlines()
+    eager_url, lazy_url = (f"sqlite:///{tmp_path / n}" for n in ("eager.db", "lazy.db"))
+    eager, lazy = TrialStore(eager_url), TrialStore(lazy_url)
+    for store in (eager, lazy):
+        import_jsonl(store, lines)
+    backfill_optuna_studies(eager, optuna_storage(eager_url))
+    storage = optuna_storage(lazy_url)
+    assert backfill_optuna_studies(lazy, storage, defer_trials=True) == 2
+    assert [optuna.load_study(study_name=n, storage=storage).trials
+            for n in ("first", "second")] == [[], []]
+    app = dashboard_app(storage, lazy)
+    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        shown = _study(base, "first")
+        expected = _study_of(eager_url, "first")
+        assert [(t["number"], t["state"], t.get("values"), t.get("constraints") or [])
+                for t in shown["trials"]] == [
+            (t.number, t.state.name.title(), t.values, t.system_attrs.get("constraints", []))
+            for t in expected.trials]
+        assert optuna.load_study(study_name="second", storage=storage).trials == []
+        # A build cut short (the dashboard stopped mid-study) left the first trials; the next
+        # adds only the rest.
+        second = optuna.load_study(study_name="second", storage=storage)
+        second.add_trials(_study_of(eager_url, "second").trials[:2])
+        app.pending.build_all()  # type: ignore[attr-defined]  # what the background thread does
+        assert [t.params for t in optuna.load_study(study_name="second", storage=storage).trials
+                ] == [t.params for t in _study_of(eager_url, "second").trials]
+        assert not optuna.load_study(study_name="first", storage=storage).user_attrs[
+            "advisor_trials_pending"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _study_of(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=optuna_storage(url))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -220,6 +303,73 @@ def test_advisor_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert SLO.replace("<", "&lt;").replace(">", "&gt;") in history.stdout
         for name, url in (("dashboard-trial.png", trial_page),
                           ("dashboard-study.png", f"{base}/dashboard/studies/1")):
+            shot = _headless(browser, profile, f"--screenshot={shots / name}", url)
+            assert shot.returncode == 0 and (shots / name).stat().st_size > 10_000, shot.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_advisor_dashboard_on_a_fresh_store_of_the_shipped_knowledge(tmp_path: Path) -> None:
+    """What a new user runs first: `advisor dashboard` on a fresh store, which imports the shipped
+    knowledge (studies of 0 requested trials among them) and shows every study with its metric
+    name and each trial's constraint values, in the API and rendered by headless Chromium."""
+    db_url = f"sqlite:///{tmp_path / 'advisor.db'}"
+    port = _free_port()
+    env = {**os.environ, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    env.pop("ADVISOR_IMPORT_SHIPPED", None)
+    server = subprocess.Popen([sys.executable, "-m", "advisor", "--db-url", db_url, "dashboard",
+                               "--port", str(port)], env=env, cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(900):  # readiness (the import takes a while on 2 cores), not a timing
+            if server.poll() is not None:
+                pytest.fail(f"advisor dashboard exited {server.returncode}: "
+                            f"{server.stderr.read() if server.stderr else ''}")
+            try:
+                if httpx.get(f"{base}/api/studies", trust_env=False).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("advisor dashboard did not start")
+        store = TrialStore(db_url)
+        shipped = store.list_studies()
+        assert any(s.n_trials == 0 for s in shipped)  # the case that stopped it
+        with httpx.Client(base_url=base, trust_env=False, timeout=60) as client:
+            summaries = client.get("/api/studies").json()["study_summaries"]
+            assert {s["study_name"] for s in summaries} == {s.name for s in shipped}
+            faiss = next(s.name for s in shipped if s.target == "faiss")
+            study_id = next(s["study_id"] for s in summaries if s["study_name"] == faiss)
+            detail = client.get(f"/api/studies/{study_id}").json()
+        attrs = _attrs(detail["user_attrs"])
+        metric = detail["objective_names"][0]
+        assert metric == attrs["objective"].split(":")[1]
+        complete = next(t for t in detail["trials"] if t["state"] == "Complete")
+        bound = json.loads(attrs["slo_constraints"])[0]
+        margin = float(_attrs(complete["user_attrs"])[f"margin {bound}"])
+        assert complete["constraints"][0] == pytest.approx(margin)
+
+        browser = _chromium()
+        if browser is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+            pytest.skip("Chromium is not installed (apt-get install chromium)")
+        profile = tmp_path / "chromium-profile"
+        study_page = f"{base}/dashboard/studies/{study_id}"
+        trial_page = f"{study_page}/trials?numbers={complete['number']}"
+        history = _headless(browser, profile, "--dump-dom", study_page)
+        assert history.returncode == 0, history.stderr
+        assert f">{metric}<" in history.stdout  # the history plot's axis: the metric name
+        dom = _headless(browser, profile, "--dump-dom", trial_page)
+        assert f"margin {bound}".replace("<", "&lt;").replace(">", "&gt;") in dom.stdout or \
+            f"margin {bound}" in dom.stdout
+        shots = Path(os.environ.get("ADVISOR_SCREENSHOT_DIR") or tmp_path)
+        shots.mkdir(parents=True, exist_ok=True)
+        for name, url in (("dashboard-shipped-study.png", study_page),
+                          ("dashboard-shipped-trial.png", trial_page)):
             shot = _headless(browser, profile, f"--screenshot={shots / name}", url)
             assert shot.returncode == 0 and (shots / name).stat().st_size > 10_000, shot.stderr
     finally:

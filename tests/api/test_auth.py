@@ -113,7 +113,12 @@ def test_the_openapi_schema_marks_open_reads_as_open_and_writes_as_keyed(
     schema = create_app(keyed_settings).openapi()  # type: ignore[arg-type]
     ops = {(m.upper(), path): op for path, methods in schema["paths"].items()
            for m, op in methods.items()}
-    assert {} in ops[("GET", "/v1/trials")]["security"]  # the key is optional for reads
-    assert {} in ops[("POST", "/v1/recommendations")]["security"]
-    assert {} not in ops[("POST", "/v1/studies")]["security"]
-    assert {} not in ops[("POST", "/v1/jobs/{job_id}/cancel")]["security"]
+    # Swagger UI draws a padlock exactly where an operation lists ``security``: reads need no
+    # key, so none; writes need one, so a requirement with no empty (optional) alternative.
+    assert "security" not in ops[("GET", "/v1/trials")]
+    assert "security" not in ops[("POST", "/v1/recommendations")]
+    for write in (("POST", "/v1/studies"), ("POST", "/v1/jobs/{job_id}/cancel")):
+        assert ops[write]["security"] and {} not in ops[write]["security"]
+    keyed_reads = create_app(keyed_settings.model_copy(  # type: ignore[attr-defined]
+        update={"api_read_requires_key": True})).openapi()
+    assert keyed_reads["paths"]["/v1/trials"]["get"]["security"]

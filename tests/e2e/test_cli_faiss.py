@@ -86,7 +86,10 @@ def test_user_errors_are_one_line_without_traceback(env: dict[str, str]) -> None
     bad = advisor("tune", "--target", "faiss", "--slo", "p95_latency<=1", env=env)
     assert bad.returncode == 2
     assert "unknown metric 'p95_latency'" in bad.stderr and "Traceback" not in bad.stderr
-    assert "recall_at_10" in bad.stderr  # lists the valid metrics
+    assert "did you mean 'p95_latency_ms'?" in bad.stderr  # the near miss, not a list
+    far = advisor("tune", "--target", "faiss", "--slo", "throughput>=5", env=env)
+    assert far.returncode == 2 and "recall_at_10" in far.stderr  # lists faiss's metrics ...
+    assert "ttft_p95_ms" not in far.stderr  # ... and only faiss's
     unknown = advisor("tune", "--target", "nope", env=env)
     assert unknown.returncode == 2 and "registered targets: faiss" in unknown.stderr
     debug = advisor("--debug", "tune", "--target", "nope", env=env)

@@ -77,6 +77,11 @@ def _advisor(*args: str, tmp_path: Path, columns: int = 80) -> subprocess.Comple
     (["knowledge", "fit", "--family", "svm"], ["is not one of linear-forest"]),
     (["nosuchcommand"], ["No such command", "commands: targets, tune"]),
     (["tune", "--target", "nosuch"], ["unknown target 'nosuch'", "faiss"]),
+    (["tune", "--target", "fais"], ["unknown target 'fais'; did you mean 'faiss'?"]),
+    (["tune", "--target", "vllm", "--slo", "ttft_p95<=300"],
+     ["unknown metric 'ttft_p95'; did you mean 'ttft_p95_ms'?"]),
+    (["tune", "--target", "faiss", "--enqueue", "{nprob: 8}"],
+     ["unknown knob 'nprob'; did you mean 'nprobe'?"]),
     (["tune", "--target", "vllm", "--model", "qwen2.5-7b"], ["unknown model 'qwen2.5-7b'"]),
 ])
 def test_the_console_script_answers_bad_usage_in_one_line(args: list[str], names: list[str],
@@ -110,6 +115,18 @@ def test_help_lists_the_choices(args: list[str], shown: list[str], tmp_path: Pat
         sampler = next(line for line in done.stdout.splitlines() if "--sampler" in line)
         assert "<str>" not in sampler
     assert "--timeout" not in done.stdout.replace("--trial-timeout", "")  # the alias is hidden
+
+
+@pytest.mark.parametrize("command", [(), *COMMANDS], ids=lambda c: " ".join(c) or "advisor")
+def test_help_shows_no_type_for_a_flag(command: tuple[str, ...],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag takes no value: `--json <bool>` read as if it took one (Typer's default)."""
+    try:
+        main([*command, "--help"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    shown = capsys.readouterr().out
+    assert "--help" in shown and "<bool>" not in shown
 
 
 @pytest.mark.parametrize("flag", ["--trial-timeout", "--timeout"])

@@ -46,6 +46,29 @@ def test_invalid_expressions_name_the_problem_and_list_metrics(text: str, fragme
         assert "p95_latency_ms" in message and "recall_at_10" in message  # lists valid metrics
 
 
+@pytest.mark.parametrize(("text", "meant"), [
+    ("ttft_p95<=300", "ttft_p95_ms"), ("p95_latency<=1", "p95_latency_ms"),
+    ("recall_at10>=0.9", "recall_at_10"), ("tpot_p95_msec<=40", "tpot_p95_ms"),
+])
+def test_a_near_miss_names_the_metric_meant_instead_of_listing_them_all(
+        text: str, meant: str) -> None:
+    with pytest.raises(SLOParseError) as info:
+        parse_slo(text)
+    message = str(info.value)
+    assert message.endswith(f"did you mean {meant!r}?"), message
+    assert message.count("_ms") + message.count("recall_at") <= 2  # no list of every metric
+
+
+def test_an_unknown_metric_lists_only_the_asked_targets_metrics() -> None:
+    known = ["p95_latency_ms", "qps", "recall_at_10"]
+    with pytest.raises(SLOParseError) as info:
+        parse_slo("throughput>=5", known)
+    assert str(info.value).endswith("valid metrics are: p95_latency_ms, qps, recall_at_10")
+    with pytest.raises(SLOParseError, match="did you mean 'p95_latency_ms'"):
+        parse_slo("p95_latncy_ms<=1", known)
+    assert parse_slo("qps>=5", known).metrics == ["qps"]
+
+
 @given(threshold=st.floats(min_value=0.001, max_value=1e6),
        value=st.floats(min_value=0, max_value=1e7, allow_nan=False),
        op=st.sampled_from(["<=", ">="]))

@@ -108,3 +108,11 @@ def test_version_aware_flags() -> None:
 def test_unknown_knob_lists_the_knobs() -> None:
     with pytest.raises(SearchSpaceError, match="its knobs are: kind, n, m, f, on"):
         SearchSpace.from_dict(GOOD).knob("x")
+
+
+def test_a_misspelt_knob_names_the_knob_meant() -> None:
+    space = SearchSpace.from_dict(GOOD)
+    with pytest.raises(SearchSpaceError, match=r"has no knob 'kin'; did you mean 'kind'\?$"):
+        space.knob("kin")
+    with pytest.raises(SearchSpaceError, match="unknown knob 'kinds'; did you mean 'kind'"):
+        space.validate_config({"kinds": 1})

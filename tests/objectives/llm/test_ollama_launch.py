@@ -199,6 +199,7 @@ def test_ollamas_own_refusals_are_read() -> None:
                             None)
 
 
+@pytest.mark.usefixtures("needs_gguf")
 def test_a_shape_is_served_from_its_random_weight_gguf(tmp_path: Path) -> None:
     target = OllamaTarget()
     served = target.load_served(target.default_workload().with_params(model="tiny-llama"),

@@ -153,6 +153,7 @@ def fake_ollama(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Pa
     return paths
 
 
+@pytest.mark.usefixtures("needs_gguf")  # the random-weight GGUF Ollama serves
 def test_ollama_target_runs_a_whole_trial(fake_ollama: dict[str, Path], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OLLAMA_CONTEXT_LENGTH", "64")  # inherited: must not reach Ollama
@@ -191,6 +192,7 @@ def test_ollama_target_runs_a_whole_trial(fake_ollama: dict[str, Path], tmp_path
     json.dumps(m.to_dict())
 
 
+@pytest.mark.usefixtures("needs_gguf")  # the random-weight GGUF Ollama serves
 def test_ollama_trial_runs_isolated_and_leaves_no_server(tmp_path: Path) -> None:
     env = {ollama_target.COMMAND_ENV: wrapper(FAKE_OLLAMA)}
     outcome = run_isolated("ollama", {}, small_workload(), tmp_path / "cache", timeout_s=120,
@@ -199,6 +201,7 @@ def test_ollama_trial_runs_isolated_and_leaves_no_server(tmp_path: Path) -> None
     assert no_leftovers(FAKE_OLLAMA)
 
 
+@pytest.mark.usefixtures("needs_gguf")  # the random-weight GGUF Ollama serves
 def test_an_ollama_crash_is_a_failed_trial_with_its_cause(tmp_path: Path) -> None:
     env = {ollama_target.COMMAND_ENV: wrapper(FAKE_OLLAMA),
            "FAKE_SERVER_CRASH": "no compatible GPUs were discovered"}
@@ -210,6 +213,7 @@ def test_an_ollama_crash_is_a_failed_trial_with_its_cause(tmp_path: Path) -> Non
     assert no_leftovers(FAKE_OLLAMA)
 
 
+@pytest.mark.usefixtures("needs_gguf")  # the random-weight GGUF Ollama serves
 def test_an_ollama_create_refusal_is_a_rejected_config(tmp_path: Path) -> None:
     env = {ollama_target.COMMAND_ENV: wrapper(FAKE_OLLAMA),
            "FAKE_OLLAMA_CREATE_ERROR": "unsupported quantization type Q3_K"}
@@ -261,6 +265,7 @@ class TestTGITargetOnFakeEngine(TargetContract):
         return small_workload()
 
 
+@pytest.mark.usefixtures("needs_gguf")  # the random-weight GGUF Ollama serves
 class TestOllamaTargetOnFakeEngine(TargetContract):
     @pytest.fixture
     def target(self, monkeypatch: pytest.MonkeyPatch) -> Target:

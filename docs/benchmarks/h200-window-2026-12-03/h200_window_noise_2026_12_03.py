@@ -7,12 +7,14 @@ rate error (docs/knowledge.md). This measures, on ONE server start, the same con
 rates with the short window and a long one, alternating A B B A ... round by round, so both
 windows see the same server, lease and drift, and writes every measurement as a JSON line.
 
-Run by ``scripts/device/h200_window_noise_2026_12_03.sh`` on the device tool (nvidia-h200), with
+Run by ``docs/benchmarks/h200-window-2026-12-03/h200_window_noise_2026_12_03.sh`` on the
+device tool (nvidia-h200), with
 the project's own measurement path (``ServingTarget.measure``: warm-up, prefix-cache reset,
 replay, server metrics, validity gate), as a trial would measure.
 
-    python3 scripts/device/h200_window_noise_2026_12_03.py --model llama-3-8b \
-        --rate 15 --rate 60 --window 8 --window 30 --deadline-s 540 -o $OUT/window-noise.jsonl
+    python3 docs/benchmarks/h200-window-2026-12-03/h200_window_noise_2026_12_03.py \
+        --model llama-3-8b --rate 15 --rate 60 --window 8 --window 30 --deadline-s 540 \
+        -o $OUT/window-noise.jsonl
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 # Load curves of chosen vLLM configs on the 8B shape (issue 18: a knob-level model of the curves
 # needs configs measured at several rates), through the device tool on nvidia-h200 (one GPU),
 # carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna, sqlalchemy, sqlmodel, ... wheels
-# for Python 3.12), like scripts/device/h200_curve_rates_2026_12_03.sh.
+# for Python 3.12), like docs/benchmarks/h200-2026-12-03/h200_curve_rates_2026_12_03.sh.
 #
-#   PHASE=a bash scripts/device/h200_knob_curves_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b, c)
+#   PHASE=a bash docs/benchmarks/h200-knobs-2026-12-04/h200_knob_curves_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b, c)
 #
 # One `advisor tune` study per phase: the phase's configs of h200_knob_curves_2026_12_04.yaml
 # enqueued (no engine default, no warm start, no sampled trial, no paired repeats), each measured on
@@ -20,7 +20,7 @@
 # are exported. The store sits in /tmp and a warm machine keeps it between calls: each phase's
 # export holds the earlier phases' trials too.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=a, b or c}
 WINDOW=${WINDOW:-8}
@@ -30,7 +30,7 @@ trap export_phase EXIT
 stop_before_limit "${DEADLINE_S:-555}" INT "advisor tune"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-n=$(enqueue_phase scripts/device/h200_knob_curves_2026_12_04.yaml) || exit 2
+n=$(enqueue_phase docs/benchmarks/h200-knobs-2026-12-04/h200_knob_curves_2026_12_04.yaml) || exit 2
 python3 -m advisor tune --target vllm --workload chat --model llama-3-8b \
   --workload-param "$(poisson 45)" --workload-param "n_requests=$(( 45 * WINDOW ))" \
   --workload-param drain_limit_s=15 \

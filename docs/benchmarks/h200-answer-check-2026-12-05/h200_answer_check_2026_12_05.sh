@@ -12,14 +12,14 @@
 # Run through the device tool on nvidia-h200 (one GPU), carrying .vllm-h200 and .whl
 # (h200_env.sh):
 #
-#   bash scripts/device/h200_answer_check_2026_12_05.sh > $OUT/log-answer-check.txt 2>&1
+#   bash docs/benchmarks/h200-answer-check-2026-12-05/h200_answer_check_2026_12_05.sh > $OUT/log-answer-check.txt 2>&1
 #
 # Results in $OUT: crosscheck-answer-check.jsonl, trials-answer-check.jsonl (the store,
 # exported), nvidia-smi-answer-check.txt. Time: the 8B's start (110-190 s) and three rounds of
 # two 8-s windows with warm-up and drain: at most 570 s (the deadline stops the crosscheck
 # first, so what was measured is exported).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=answer-check
 WINDOW=${WINDOW:-8}

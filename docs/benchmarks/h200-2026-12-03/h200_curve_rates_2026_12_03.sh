@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # More rates for the 8B load curves (issue 18, held-out rates), through the device tool on
 # nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna,
-# sqlalchemy, sqlmodel, ... wheels for Python 3.12), like scripts/device/h200_crosscheck_2026_12_01.sh
+# sqlalchemy, sqlmodel, ... wheels for Python 3.12), like docs/benchmarks/h200-crosscheck-2026-12-01/h200_crosscheck_2026_12_01.sh
 # (same `chat` preset clamped to prompts <= 1,024 tokens, Poisson arrivals, WINDOW seconds of
 # arrivals per rate, every measurement gated against the server's own metrics).
 #
-#   PHASE=8b-paired-mid bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-paired-mid.txt 2>&1
-#   PHASE=8b-recheck    bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-recheck.txt 2>&1
-#   PHASE=1b-knee       bash scripts/device/h200_curve_rates_2026_12_03.sh > $OUT/log-1b-knee.txt 2>&1
+#   PHASE=8b-paired-mid bash docs/benchmarks/h200-2026-12-03/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-paired-mid.txt 2>&1
+#   PHASE=8b-recheck    bash docs/benchmarks/h200-2026-12-03/h200_curve_rates_2026_12_03.sh > $OUT/log-8b-recheck.txt 2>&1
+#   PHASE=1b-knee       bash docs/benchmarks/h200-2026-12-03/h200_curve_rates_2026_12_03.sh > $OUT/log-1b-knee.txt 2>&1
 #
 # 8b-paired-mid: the two non-default 8B configs of the shipped data -- vLLM's defaults at a 0.45
 #     memory share and the 2026-11-30 "best" -- were measured at 15/45/75 req/s only (12-01
@@ -25,7 +25,7 @@
 # nvidia-smi-<phase>.txt. The deadline below stops the crosscheck before the device tool's limit,
 # so the trials measured so far are exported.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=8b-paired-mid, 8b-recheck or 1b-knee}
 WINDOW=${WINDOW:-8}
@@ -34,7 +34,7 @@ source scripts/device/h200_env.sh
 trap export_phase EXIT
 stop_before_limit 560 TERM "advisor crosscheck"
 
-BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
+BEST=docs/benchmarks/h200-2026-11-30/h200_best_sampled_2026_11_30.yaml
 cc() { python3 -m advisor crosscheck "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -1,9 +1,10 @@
 """Scores a prospective blend check: the figures committed before a device call
-(``benchmarks/blend_predictions.py`` output, one file per config) against the trials that call
+(``docs/benchmarks/h200-blend-check-2026-12-05/blend_predictions.py`` output, one file per
+config) against the trials that call
 measured (``advisor knowledge export`` of its store), per config and rate.
 
     D=docs/benchmarks/h200-blend-check-2026-12-05
-    PYTHONPATH=. python benchmarks/blend_check_score.py \\
+    PYTHONPATH=. python docs/benchmarks/h200-blend-check-2026-12-05/blend_check_score.py \\
         --predicted fp8=$D/blend_predictions.json \\
         --predicted default=$D/blend_predictions_default.json \\
         --measured $D/trials-blend-check.jsonl --measured $D/trials-blend-check-default.jsonl \\

@@ -9,12 +9,12 @@
 # Trials land in $OUT/trials-gpu<i>.jsonl. FIRST="GPU=<i> !<command>" runs a job (the client
 # cross-check, say) on that GPU before its studies.
 #
-#   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=465 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=d DRAIN=20 FIRST="GPU=1 !bash scripts/device/h200_client_crosscheck_2026_11_30.sh" ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=e DRAIN=20 VLLM_TRIALS_1B=8 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
-#   RUN=f DRAIN=20 VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=430 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=a VLLM_TRIALS_1B=3 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=540 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
+#   RUN=b ADVISOR_DEVICE_DEADLINE_S=540 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
+#   RUN=c VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=465 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
+#   RUN=d DRAIN=20 FIRST="GPU=1 !bash docs/benchmarks/h200-client-crosscheck/h200_client_crosscheck_2026_11_30.sh" ADVISOR_DEVICE_DEADLINE_S=545 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
+#   RUN=e DRAIN=20 VLLM_TRIALS_1B=8 TRANSFORMERS=6 ADVISOR_DEVICE_DEADLINE_S=545 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
+#   RUN=f DRAIN=20 VLLM_TRIALS_1B=0 TRANSFORMERS=8 ADVISOR_DEVICE_DEADLINE_S=430 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
 # (d, e and f ran back to back on one warm machine, so each call's export also held the earlier
 # calls' trials; `advisor knowledge import` skips what it already has.)
 # Runs from d on add DRAIN=20: a start then costs ~2 minutes for four trials.
@@ -22,11 +22,11 @@
 # measured in one lease (ENQUEUE adds `--enqueue`, INCLUDE_DEFAULT=1 measures the default first;
 # 11 engine starts per GPU, ~20 minutes: one call measures about half, so split the YAML list in
 # two and run each half as its own RUN letter, both with INCLUDE_DEFAULT=1):
-#   RUN=g DRAIN=20 INCLUDE_DEFAULT=1 ENQUEUE=@scripts/device/h200_vllm_ablation_configs.yaml VLLM_TRIALS_8B=11 VLLM_TRIALS_1B=11 ADVISOR_DEVICE_DEADLINE_S=545 bash scripts/device/h200_vllm_rates_2026_11_30.sh
+#   RUN=g DRAIN=20 INCLUDE_DEFAULT=1 ENQUEUE=@docs/benchmarks/h200-2026-11-30/h200_vllm_ablation_configs.yaml VLLM_TRIALS_8B=11 VLLM_TRIALS_1B=11 ADVISOR_DEVICE_DEADLINE_S=545 bash docs/benchmarks/h200-2026-11-30/h200_vllm_rates_2026_11_30.sh
 # Run it as `... > $OUT/log.txt 2>&1 < /dev/null`, never into a pipe: an engine left by a killed
 # trial can hold a pipe open until the call's limit.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 RUN=${RUN:-a}
 SEED=$(( $(printf '%d' "'$RUN") - 96 ))   # a -> 1, b -> 2, ...
 DEFAULT=--include-default

@@ -6,7 +6,7 @@
 # token-embedding rows no stdlib passage uses zeroed, to fit the 64 MiB transfer; built by
 # scripts/device/pack_minilm_fp16.py):
 #
-#   bash scripts/device/h200_rag_2026_11_30.sh > $OUT/log.txt 2>&1 < /dev/null
+#   bash docs/benchmarks/h200-2026-11-30/h200_rag_2026_11_30.sh > $OUT/log.txt 2>&1 < /dev/null
 #
 # Trials come back as $OUT/trials-gpu0.jsonl (knowledge/data/h200-rag-2026-11-30.jsonl).
 set -uo pipefail
@@ -29,4 +29,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 bash scripts/device/run_study.sh \
   "--target rag --workload rag --trials 40 --seed 0 --timeout 120 \
    --slo e2e_p95_ms<=1000,ttft_p95_ms<=300,recall_at_5>=0.9 \
-   --enqueue @scripts/device/h200_rag_configs.yaml"
+   --enqueue @docs/benchmarks/h200-2026-11-30/h200_rag_configs.yaml"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The nine configs of the 2026-12-04 knob-curve study (scripts/device/h200_knob_curves_2026_12_04.sh,
+# The nine configs of the 2026-12-04 knob-curve study (docs/benchmarks/h200-knobs-2026-12-04/h200_knob_curves_2026_12_04.sh,
 # measured there at 15, 30, 45, 60 and 75 req/s), now at the rates between those:
 # 22.5, 37.5, 52.5 and 67.5 req/s, so that each load curve gets points that no curve fit has seen
 # (a held-out-rate test of the load-curve model, issue 18). Through the device tool on nvidia-h200
 # (one GPU), carrying .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna, sqlalchemy, sqlmodel,
 # ... wheels for Python 3.12), like the 12-04 script.
 #
-#   PHASE=a bash scripts/device/h200_between_rates_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b, c)
+#   PHASE=a bash docs/benchmarks/h200-between-rates-2026-12-04/h200_between_rates_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b, c)
 #
 # One `advisor tune` study per phase: the phase's configs of h200_knob_curves_2026_12_04.yaml (the
 # same three per phase as 12-04) enqueued (no engine default, no warm start, no sampled trial, no
@@ -28,7 +28,7 @@
 # so a phase's export holds the earlier phases' trials too; a machine gone cold between calls
 # starts an empty store (on 2026-12-04 every phase did: docs/benchmarks/h200-between-rates-2026-12-04).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=a, b or c}
 WINDOW=${WINDOW:-8}
@@ -44,7 +44,7 @@ n0=$(python3 -c "import sys; n = float(sys.argv[1]) * float(sys.argv[2]); assert
   "$R0" "$WINDOW") || { echo "rate $R0 x window $WINDOW s is not a whole number of requests" >&2; exit 2; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-n=$(enqueue_phase scripts/device/h200_knob_curves_2026_12_04.yaml) || exit 2
+n=$(enqueue_phase docs/benchmarks/h200-knobs-2026-12-04/h200_knob_curves_2026_12_04.yaml) || exit 2
 python3 -m advisor tune --target vllm --workload chat --model llama-3-8b \
   --workload-param "$(poisson "$R0")" --workload-param "n_requests=$n0" \
   --workload-param drain_limit_s=15 --workload-param seed=5 \

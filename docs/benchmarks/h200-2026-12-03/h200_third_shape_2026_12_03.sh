@@ -4,7 +4,7 @@
 # held against a shape that was measured but held out (e.g. predict the 1B from the 8B and this
 # one). Run through the device tool on nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM 0.26.0
 # payload) and .whl (optuna, sqlalchemy, sqlmodel, ... wheels for Python 3.12), like
-# scripts/device/h200_crosscheck_2026_12_01.sh, whose phases this one follows: one
+# docs/benchmarks/h200-crosscheck-2026-12-01/h200_crosscheck_2026_12_01.sh, whose phases this one follows: one
 # `advisor crosscheck` of vLLM's defaults (random weights, --load-format dummy) with the `chat`
 # preset clamped to prompts <= 1,024 tokens, Poisson arrivals, WINDOW seconds of arrivals per rate,
 # 5 rates from light load to past the knee, 3 repeats each, every measurement gated against the
@@ -14,8 +14,8 @@
 # carry its features (objectives/llm/shapes.py). Results land in $OUT: crosscheck-<phase>.jsonl,
 # trials-<phase>.jsonl (the store, exported), log-<phase>.txt, nvidia-smi-<phase>.txt.
 #
-#   PHASE=llama-3b bash scripts/device/h200_third_shape_2026_12_03.sh > $OUT/log-llama-3b.txt 2>&1
-#   PHASE=qwen-3b  bash scripts/device/h200_third_shape_2026_12_03.sh ...
+#   PHASE=llama-3b bash docs/benchmarks/h200-2026-12-03/h200_third_shape_2026_12_03.sh > $OUT/log-llama-3b.txt 2>&1
+#   PHASE=qwen-3b  bash docs/benchmarks/h200-2026-12-03/h200_third_shape_2026_12_03.sh ...
 #
 # llama-3b (the default): meta-llama/Llama-3.2-3B's config.json
 #     (docs/examples/model-configs/llama-3.2-3b): 3.21B parameters, 28 layers, 24 heads / 8 KV
@@ -29,7 +29,7 @@
 # earlier calls; 15 windows of 8 s arrivals + warm-up + at most 15 s of drain take 200-350 s.
 # The deadline below stops the crosscheck first, so the trials measured so far are exported.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:-llama-3b}
 WINDOW=${WINDOW:-8}

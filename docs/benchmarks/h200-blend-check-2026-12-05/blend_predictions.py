@@ -2,8 +2,8 @@
 the rates asked, from the shipped knowledge (knowledge/curve_blend.py): the figures a
 prospective check commits before it measures.
 
-    PYTHONPATH=. python benchmarks/blend_predictions.py --model llama-3-8b \
-        --config '{"quantization": "fp8"}' --rates 75,82.5,90 --json out.json
+    PYTHONPATH=. python docs/benchmarks/h200-blend-check-2026-12-05/blend_predictions.py \
+        --model llama-3-8b --config '{"quantization": "fp8"}' --rates 75,82.5,90 --json out.json
 
 ``--config`` names the knobs that differ from the target's defaults; the config must have been
 measured (it needs a load curve of its own at the context's workload).

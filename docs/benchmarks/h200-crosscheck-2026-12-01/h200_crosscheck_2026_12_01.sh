@@ -9,9 +9,9 @@
 # per rate. Results land in $OUT: crosscheck-<phase>.jsonl, trials-<phase>.jsonl (the store,
 # exported), metrics-<phase>.txt (a raw /metrics exposition), log-<phase>.txt.
 #
-#   PHASE=8b-defaults bash scripts/device/h200_crosscheck_2026_12_01.sh > $OUT/log.txt 2>&1
-#   PHASE=1b          bash scripts/device/h200_crosscheck_2026_12_01.sh ...
-#   PHASE=8b-paired   bash scripts/device/h200_crosscheck_2026_12_01.sh ...
+#   PHASE=8b-defaults bash docs/benchmarks/h200-crosscheck-2026-12-01/h200_crosscheck_2026_12_01.sh > $OUT/log.txt 2>&1
+#   PHASE=1b          bash docs/benchmarks/h200-crosscheck-2026-12-01/h200_crosscheck_2026_12_01.sh ...
+#   PHASE=8b-paired   bash docs/benchmarks/h200-crosscheck-2026-12-01/h200_crosscheck_2026_12_01.sh ...
 #
 # 8b-defaults: vLLM's defaults alone on the GPU, 6 rates x 3 repeats, the reference once per rate.
 # 1b: the Llama-3.2-1B shape's defaults, 4 rates x 3 repeats + reference.
@@ -26,7 +26,7 @@
 # 1b-light (second session): the 1B defaults below their knee, 5 repeats per rate (the noise
 #     floor where trials are valid, not frontend-delayed).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=8b-defaults, 1b, 8b-paired, 8b-rounds, 8b-knee, 1b-more or 1b-light}
 WINDOW=${WINDOW:-8}
@@ -35,7 +35,7 @@ source scripts/device/h200_env.sh
 trap export_phase EXIT
 stop_before_limit 570 TERM "advisor crosscheck"
 
-BEST=scripts/device/h200_best_sampled_2026_11_30.yaml
+BEST=docs/benchmarks/h200-2026-11-30/h200_best_sampled_2026_11_30.yaml
 cc() { python3 -m advisor crosscheck "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

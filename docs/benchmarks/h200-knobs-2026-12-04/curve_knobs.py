@@ -1,9 +1,9 @@
 """Held-out configs of a load-curve context: the knob-level surrogate against load curves predicted
 from the knobs (knowledge/curve_model.py, every family), one config held out at a time.
 
-    PYTHONPATH=. python benchmarks/curve_knobs.py                 # the shipped knowledge
-    PYTHONPATH=. python benchmarks/curve_knobs.py --db-url URL    # another store
-    PYTHONPATH=. python benchmarks/curve_knobs.py --json out.json
+    # the shipped knowledge (--db-url URL: another store)
+    PYTHONPATH=. python docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py
+    PYTHONPATH=. python docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py --json out.json
 
 Each config (its curve identity: knobs added to the space later left out) is held out with every
 trial it has, at every rate; the load curves, the curve model and the surrogate are fitted on the

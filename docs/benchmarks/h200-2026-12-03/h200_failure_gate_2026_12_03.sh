@@ -6,7 +6,7 @@
 # its reason and never started. Through the device tool on nvidia-h200 (one GPU), carrying
 # .vllm-h200 (the vLLM 0.26.0 payload) and .whl (optuna, sqlalchemy, sqlmodel, ... for Python 3.12).
 #
-#   bash scripts/device/h200_failure_gate_2026_12_03.sh > $OUT/log-gate.txt 2>&1
+#   bash docs/benchmarks/h200-2026-12-03/h200_failure_gate_2026_12_03.sh > $OUT/log-gate.txt 2>&1
 #
 # No warm start and no default trial, so every trial is sampled (TPE's random start-up, seed 0)
 # and the gate may judge each; no paired repeats. The `chat` preset at 45 req/s (8 s of
@@ -14,7 +14,7 @@
 # a skipped config nothing, so the study stops itself before the call's limit and exports what
 # finished ($OUT/trials-gate.jsonl) with the study's trial table ($OUT/trials-gate.txt).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 DEVICE_DB=/tmp/advisor-gate.db DEVICE_IMPORT_SHIPPED=1
 # shellcheck source=scripts/device/h200_env.sh

@@ -18,12 +18,12 @@
 # Run through the device tool on nvidia-h200 (one GPU), carrying .vllm-h200 and .whl
 # (h200_env.sh):
 #
-#   bash scripts/device/h200_blend_check_2026_12_05.sh > $OUT/log-blend-check.txt 2>&1
+#   bash docs/benchmarks/h200-blend-check-2026-12-05/h200_blend_check_2026_12_05.sh > $OUT/log-blend-check.txt 2>&1
 #
 # and, in a second call of the same lease, the engine's defaults at the same rates (the baseline
 # the answer chose fp8 over; their predictions are committed beside the fp8 ones):
 #
-#   bash scripts/device/h200_blend_check_2026_12_05.sh default '{}' \
+#   bash docs/benchmarks/h200-blend-check-2026-12-05/h200_blend_check_2026_12_05.sh default '{}' \
 #       > $OUT/log-blend-check-default.txt 2>&1
 #
 # Results in $OUT: crosscheck-blend-check[-LABEL].jsonl, trials-blend-check[-LABEL].jsonl (the
@@ -31,7 +31,7 @@
 # and drain: at most 570 s (the deadline stops the crosscheck first, so what was measured is
 # exported).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 LABEL=${1:-fp8}
 KNOBS=${2:-'{"quantization": "fp8"}'}

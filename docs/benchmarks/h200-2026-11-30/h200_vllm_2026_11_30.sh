@@ -5,10 +5,10 @@
 # median 128) at Poisson rates chosen near each shape's knee, so knob choices trade TTFT against
 # throughput. Trials land in $OUT/trials-gpu<i>.jsonl.
 #
-# Run 1: ADVISOR_DEVICE_DEADLINE_S=550 bash scripts/device/h200_vllm_2026_11_30.sh
-# Run 2: TRIALS=3 SEED=1 SUFFIX=-b ADVISOR_DEVICE_DEADLINE_S=225 bash scripts/device/h200_vllm_2026_11_30.sh
+# Run 1: ADVISOR_DEVICE_DEADLINE_S=550 bash docs/benchmarks/h200-2026-11-30/h200_vllm_2026_11_30.sh
+# Run 2: TRIALS=3 SEED=1 SUFFIX=-b ADVISOR_DEVICE_DEADLINE_S=225 bash docs/benchmarks/h200-2026-11-30/h200_vllm_2026_11_30.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 TRIALS=${TRIALS:-12} SEED=${SEED:-0} SUFFIX=${SUFFIX:-}
 COMMON="--target vllm --workload chat --sampler tpe --seed $SEED --timeout 420 --trials $TRIALS"
 bash scripts/device/run_study.sh \

@@ -1,8 +1,8 @@
 """The continuous-batching simulator (knowledge/batch_sim.py) against the load curves and the
 knob-level models, on the shipped GPU serving trials: held-out rates and held-out configs.
 
-    PYTHONPATH=. python benchmarks/batch_sim.py                  # every test, the shipped data
-    PYTHONPATH=. python benchmarks/batch_sim.py --json out.json  # also write the figures
+    # every test, on the shipped data (--json out.json also writes the figures)
+    PYTHONPATH=. python docs/benchmarks/h200-batch-sim-2026-12-04/batch_sim.py
 
 Each trial is replayed from its workload spec (the same seeded arrivals and lengths the client
 sent). A config's *step class* is its config less the knobs whose role is the batch-slot limit
@@ -30,7 +30,8 @@ curve and the batch model, simulator weight 0.25, 0.5 (the candidate) and 0.75, 
 ``--nested`` the curves or the 0.5 blend, chosen per metric by the training set's own workload
 folds (a choice made without the held-out trials; about 6x the fits):
 
-    PYTHONPATH=. python benchmarks/batch_sim.py --frontend-costs 0 --tests folds,between --nested
+    PYTHONPATH=. python docs/benchmarks/h200-batch-sim-2026-12-04/batch_sim.py \
+        --frontend-costs 0 --tests folds,between --nested
 """
 
 from __future__ import annotations

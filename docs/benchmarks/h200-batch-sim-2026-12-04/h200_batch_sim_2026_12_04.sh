@@ -5,9 +5,9 @@
 # for them (docs/benchmarks/h200-batch-sim-2026-12-04/predictions.json) were committed before this
 # measurement. Through the device tool on nvidia-h200 (one GPU), carrying .vllm-h200 (the vLLM
 # 0.26.0 payload) and .whl (optuna, sqlalchemy, sqlmodel, ... wheels for Python 3.12), like the
-# 12-04 between-rates script (scripts/device/h200_between_rates_2026_12_04.sh).
+# 12-04 between-rates script (docs/benchmarks/h200-between-rates-2026-12-04/h200_between_rates_2026_12_04.sh).
 #
-#   PHASE=a bash scripts/device/h200_batch_sim_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b)
+#   PHASE=a bash docs/benchmarks/h200-batch-sim-2026-12-04/h200_batch_sim_2026_12_04.sh > $OUT/log-a.txt 2>&1   (then b)
 #
 # One `advisor tune` study per phase: the phase's configs of h200_batch_sim_2026_12_04.yaml (two in
 # a, one in b) enqueued (no engine default, no warm start, no sampled trial, no paired repeats),
@@ -29,7 +29,7 @@
 # so a phase's export holds the earlier phase's trials too; a machine gone cold between calls
 # starts an empty store.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=${PHASE:?set PHASE=a or b}
 WINDOW=${WINDOW:-8}
@@ -40,7 +40,7 @@ stop_before_limit "${DEADLINE_S:-555}" INT "advisor tune"
 
 R0=30
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-n=$(enqueue_phase scripts/device/h200_batch_sim_2026_12_04.yaml) || exit 2
+n=$(enqueue_phase docs/benchmarks/h200-batch-sim-2026-12-04/h200_batch_sim_2026_12_04.yaml) || exit 2
 python3 -m advisor tune --target vllm --workload chat --model llama-3-8b \
   --workload-param "$(poisson "$R0")" --workload-param "n_requests=$(( R0 * WINDOW ))" \
   --workload-param drain_limit_s=15 --workload-param seed=9 \

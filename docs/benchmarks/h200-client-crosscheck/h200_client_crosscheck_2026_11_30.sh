@@ -8,12 +8,12 @@
 # $OUT/crosscheck-bench.jsonl (one vLLM result per line) and $OUT/crosscheck-trials.jsonl;
 # scripts/device/compare_crosscheck.py prints them side by side.
 #
-#   GPU=1 RATES="30 90 150" bash scripts/device/h200_client_crosscheck_2026_11_30.sh
+#   GPU=1 RATES="30 90 150" bash docs/benchmarks/h200-client-crosscheck/h200_client_crosscheck_2026_11_30.sh
 #
 # Needs .vllm-h200 (shared/vllm-h200) and .whl carried; runs after `run_study.sh` has installed
 # the wheels, or installs them itself.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # shellcheck disable=SC1091

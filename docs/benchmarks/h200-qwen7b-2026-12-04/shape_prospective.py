@@ -2,12 +2,12 @@
 before the shape is measured, then scored against the measurements.
 
     # 1. before measuring: the answers for the shape at each rate, from the shipped knowledge
-    PYTHONPATH=. python benchmarks/shape_prospective.py predict \\
+    PYTHONPATH=. python docs/benchmarks/h200-qwen7b-2026-12-04/shape_prospective.py predict \\
         --model-config docs/examples/model-configs/qwen2.5-7b/config.json \\
         --rate 15 --rate 30 --rate 45 --rate 60 --rate 75 --rate 90 -o predictions.json
     # 2. after measuring (advisor crosscheck --model-config ..., trials exported as JSONL)
-    PYTHONPATH=. python benchmarks/shape_prospective.py score predictions.json \\
-        --measured trials.jsonl --json scored.json
+    PYTHONPATH=. python docs/benchmarks/h200-qwen7b-2026-12-04/shape_prospective.py \\
+        score predictions.json --measured trials.jsonl --json scored.json
 
 ``predict`` runs ``advisor recommend --model-config`` (the engine default under an SLO loose
 enough that the answer keeps it, so every figure of the default is predicted) once per rate, in

@@ -7,9 +7,9 @@
 # Carried: .whl (optuna, sqlmodel, pydantic, jsonschema ... wheels for Python 3.12) and .raypkg
 # (Ray 2.60.0's wheel contents without its Java jars, RLlib and source maps, as tar.xz: the wheel
 # itself is over the 64 MiB a call may carry).
-#   run: bash scripts/device/h200_ray_sweep_2026_11_30.sh > $OUT/log.txt 2>&1 < /dev/null
+#   run: bash docs/benchmarks/h200-2026-11-30/h200_ray_sweep_2026_11_30.sh > $OUT/log.txt 2>&1 < /dev/null
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 DEADLINE_S=${DEADLINE_S:-500}
 if [ ! -d /tmp/site/ray ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -20,12 +20,12 @@
 # streams served (docs/benchmarks/h200-char-bound-2026-12-05/). Run through the device tool on
 # nvidia-h200, carrying .vllm-h200 and .whl (h200_env.sh):
 #
-#   bash scripts/device/h200_char_bound_2026_12_04.sh > $OUT/log-char-bound.txt 2>&1
+#   bash docs/benchmarks/h200-char-bound-2026-12-05/h200_char_bound_2026_12_04.sh > $OUT/log-char-bound.txt 2>&1
 #
 # Results in $OUT: crosscheck-chat-seed12.jsonl, crosscheck-full-context.jsonl. Time: two vLLM
 # starts of the 1B (70-190 s each) and two 8-s windows with warm-up and drain: at most 570 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."  # the repository root
 OUT=${OUT:-/tmp/out}
 PHASE=char-bound
 # shellcheck source=scripts/device/h200_env.sh
