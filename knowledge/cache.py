@@ -3,7 +3,9 @@
 A long-running server holds one :class:`ModelCache` and calls :meth:`ModelCache.get` per request:
 that costs one aggregate query (count and newest id of measured trials) and refits only when the
 store has changed. ``advisor knowledge fit`` writes the fitted set (with its cross-validated
-scores) to the cache directory, so a later ``advisor recommend`` only loads it.
+scores) to the cache directory, so a later ``advisor recommend`` only loads it. A fresh store of
+the shipped knowledge loads the models shipped beside it (:mod:`knowledge.shipped_models`)
+instead of fitting them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from knowledge.models import ImportRecord, TrialRecord, TrialStatus
+from knowledge.shipped_models import load_shipped
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.surrogates import (
     DEFAULT_FAMILY,
@@ -324,6 +327,8 @@ class ModelCache:
                 self._models = KnowledgeModels.load(self.path)
             if self._models is not None and (self._models.data == current or not refit):
                 return self._models
+            if (models := self._adopt_shipped(current)) is not None:
+                return models
             paths = self._shared_paths()
             if paths is None:
                 return self._refit_locked(None)
@@ -340,13 +345,15 @@ class ModelCache:
                         or self._refit_locked(shared))
 
     def peek(self) -> KnowledgeModels | None:
-        """Current models from memory or disk, or None (never fits)."""
+        """Current models from memory or disk (the shipped ones included), or None (never
+        fits)."""
         with self._lock:
+            current = data_key(self.store)
             if self._models is None and self.path is not None:
                 self._models = KnowledgeModels.load(self.path)
-            if self._models is not None and self._models.data == data_key(self.store):
+            if self._models is not None and self._models.data == current:
                 return self._models
-            return None
+            return self._adopt_shipped(current)
 
     def refit(self) -> KnowledgeModels:
         with self._lock:
@@ -375,6 +382,22 @@ class ModelCache:
         whole = (None if self.target is None
                  else shared_cache_path(self.shared_dir, content, self.family))
         return shared_cache_path(self.shared_dir, content, self.family, self.target), whole
+
+    def _adopt_shipped(self, current: DataKey) -> KnowledgeModels | None:
+        """The models shipped with the knowledge (this cache's target's part of them) when the
+        store holds exactly the shipped files and they were fitted on it by this fitting code
+        (:func:`knowledge.shipped_models.load_shipped`), kept as this cache's."""
+        content = content_key(self.store)
+        shipped = None if content is None else load_shipped(content, self.family)
+        if not isinstance(shipped, KnowledgeModels) or shipped.data != current:
+            return None
+        models = shipped if self.target is None else KnowledgeModels(
+            shipped.data, shipped.family,
+            {k: c for k, c in shipped.contexts.items() if k.target == self.target},
+            fitted_at=shipped.fitted_at, fit_seconds=shipped.fit_seconds)
+        self._models = models
+        self._save(models, self.path)
+        return models
 
     def _adopt_shared(self, shared: Path, current: DataKey) -> KnowledgeModels | None:
         """The models at ``shared`` when they were fitted on ``current``, kept as this cache's."""
