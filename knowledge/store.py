@@ -242,7 +242,7 @@ class TrialStore:
                 session.rollback()
                 raise StoreError(f"trial store error: {exc}") from exc
 
-    def close(self) -> None:
+    def close(self, *, quiet: bool = False) -> None:
         """Release the store's connections. A SQLite store is checkpointed first, so its
         ``.db`` file alone holds every row (a copy of it is a complete backup) and SQLite removes
         the ``-wal`` file when this was the file's last connection. Called for every open store
@@ -252,7 +252,8 @@ class TrialStore:
                 with self.engine.connect() as conn:
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             except SQLAlchemyError as exc:  # busy or gone: the WAL still holds every row
-                log.warning("cannot checkpoint trial store %s: %s", redact_url(self.url), exc)
+                (log.debug if quiet else log.warning)(
+                    "cannot checkpoint trial store %s: %s", redact_url(self.url), exc)
         self.engine.dispose()
         _OPEN.discard(self)
 
@@ -569,7 +570,7 @@ _OPEN: weakref.WeakSet[TrialStore] = weakref.WeakSet()
 @atexit.register
 def _close_open_stores() -> None:
     for store in list(_OPEN):
-        store.close()
+        store.close(quiet=True)  # a test's store whose file is gone by now is no news
 
 
 def _filtered(q: Any, flt: TrialFilter) -> Any:
