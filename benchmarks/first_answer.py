@@ -66,7 +66,8 @@ def serve(root: Path, cap_s: float) -> dict[str, float | None]:
                             json={"target": "faiss", "slo": SLO}).status_code == 200:
                         answered = time.monotonic() - started
                 except httpx.TransportError:
-                    pass
+                    if proc.poll() is not None:
+                        raise SystemExit(f"{root}: advisor serve exited {proc.returncode}")
                 time.sleep(0.5)
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
