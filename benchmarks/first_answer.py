@@ -67,7 +67,7 @@ def serve(root: Path, cap_s: float) -> dict[str, float | None]:
                         answered = time.monotonic() - started
                 except httpx.TransportError:
                     if proc.poll() is not None:
-                        raise SystemExit(f"{root}: advisor serve exited {proc.returncode}")
+                        raise SystemExit(f"{root}: serve exited {proc.returncode}") from None
                 time.sleep(0.5)
         finally:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import inspect
 import logging
 import os
 import pickle
@@ -30,7 +32,13 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from knowledge.models import ImportRecord, TrialRecord, TrialStatus
-from knowledge.shipped_models import load_shipped
+from knowledge.shipped_models import (
+    ShippedKey,
+    library_versions,
+    read_shipped,
+    shipped_content,
+    source_digest,
+)
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.surrogates import (
     DEFAULT_FAMILY,
@@ -40,7 +48,8 @@ from knowledge.surrogates import (
     fit_context,
 )
 
-__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key"]
+__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key",
+           "fit_code_version", "shipped_models_key"]
 
 log = logging.getLogger(__name__)
 #: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes;
@@ -237,6 +246,26 @@ class KnowledgeModels:
         return models
 
 
+@functools.cache
+def fit_code_version() -> str:
+    """A digest of the fitting code: the sources the surrogate fit runs
+    (:func:`knowledge.shipped_models.source_digest`) and the part of this module that groups
+    trials into fits (its format number, the fewest trials per context, :meth:`KnowledgeModels.
+    fit`). Shipped models fitted by other code are not used."""
+    digest = hashlib.sha256(source_digest().encode())
+    digest.update(f"{CACHE_FORMAT} {MIN_TRIALS}\n".encode())
+    for part in (KnowledgeModels.fit, fit_job):
+        digest.update(inspect.getsource(part).encode())
+    return digest.hexdigest()[:16]
+
+
+def shipped_models_key(family: str = DEFAULT_FAMILY, content: str | None = None) -> ShippedKey:
+    """The key of models fitted now, by this code, on a store holding exactly ``content`` (by
+    default: the shipped files)."""
+    return ShippedKey(shipped_content() if content is None else content, fit_code_version(),
+                      family, library_versions())
+
+
 def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY,
                target: str | None = None) -> Path:
     """Where the models of the store at ``db_url`` are cached: one file per store and family
@@ -388,7 +417,8 @@ class ModelCache:
         store holds exactly the shipped files and they were fitted on it by this fitting code
         (:func:`knowledge.shipped_models.load_shipped`), kept as this cache's."""
         content = content_key(self.store)
-        shipped = None if content is None else load_shipped(content, self.family)
+        shipped = (None if content is None else
+                   read_shipped(shipped_models_key(self.family, content), CACHE_FORMAT))
         if not isinstance(shipped, KnowledgeModels) or shipped.data != current:
             return None
         models = shipped if self.target is None else KnowledgeModels(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import inspect
 import json
 import logging
 import lzma
@@ -29,8 +28,8 @@ from typing import Any
 
 from knowledge.transfer import SHIPPED_DIR, read_trials_text, shipped_files
 
-__all__ = ["REGENERATE", "SHIPPED_KEY", "SHIPPED_MODELS", "ShippedKey", "current_key",
-           "fit_code_version", "load_shipped", "shipped_content", "shipped_key", "write_shipped"]
+__all__ = ["REGENERATE", "SHIPPED_KEY", "SHIPPED_MODELS", "ShippedKey", "library_versions",
+           "read_shipped", "shipped_content", "shipped_key", "source_digest", "write_shipped"]
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +114,10 @@ def _closure(entries: tuple[str, ...]) -> dict[str, Path]:
 
 
 @functools.cache
-def fit_code_version() -> str:
-    """A digest of the fitting code: the source of every project module the surrogate fit
-    imports and of the load simulators, the search spaces, and the part of
-    :mod:`knowledge.cache` that groups trials into fits (its format number, the fewest trials
-    per context, :meth:`KnowledgeModels.fit`)."""
-    from knowledge import cache  # here: cache imports this module
+def source_digest() -> str:
+    """A digest of the fitting code's sources: every project module the surrogate fit imports
+    (at any depth), the load simulators it finds by entry point, and the search spaces.
+    :func:`knowledge.cache.fit_code_version` adds the part of the cache that groups trials."""
     from knowledge.curve_blend import ENTRY_POINT_GROUP
 
     simulators = tuple(p.module for p in metadata.entry_points(group=ENTRY_POINT_GROUP))
@@ -131,14 +128,12 @@ def fit_code_version() -> str:
     for space in sorted((_ROOT / "search_spaces").glob("*.yaml")):  # the knobs' definitions
         digest.update(f"{space.name}\n".encode())
         digest.update(space.read_bytes())
-    digest.update(f"{cache.CACHE_FORMAT} {cache.MIN_TRIALS}\n".encode())
-    for part in (cache.KnowledgeModels.fit, cache.fit_job):
-        digest.update(inspect.getsource(part).encode())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
 
 
 @functools.cache
-def _library_versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries a pickled model set holds objects of."""
     versions = {}
     for name in _LIBRARIES:
         try:
@@ -146,11 +141,6 @@ def _library_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[name] = "absent"
     return versions
-
-
-def current_key(family: str) -> ShippedKey:
-    """The key a model set fitted now on the shipped files, by this code, would have."""
-    return ShippedKey(shipped_content(), fit_code_version(), family, _library_versions())
 
 
 def shipped_key(path: Path = SHIPPED_KEY) -> ShippedKey | None:
@@ -202,14 +192,12 @@ def _drop_tree_statistics(models: Any) -> int:
     return changed
 
 
-def write_shipped(models: Any, key: ShippedKey) -> None:
-    """Write ``models`` (a :class:`knowledge.cache.KnowledgeModels`) and ``key`` as the shipped
-    model set (compressed; the key beside it in JSON, so a check reads no pickle). Their
-    trees lose the statistics no prediction reads (:func:`_drop_tree_statistics`)."""
-    from knowledge.cache import CACHE_FORMAT
-
+def write_shipped(models: Any, key: ShippedKey, cache_format: int) -> None:
+    """Write ``models`` (a :class:`knowledge.cache.KnowledgeModels` of ``cache_format``) and
+    ``key`` as the shipped model set (compressed; the key beside it in JSON, so a check reads no
+    pickle). Their trees lose the statistics no prediction reads (:func:`_drop_tree_statistics`)."""
     _drop_tree_statistics(models)
-    data = pickle.dumps({"format": CACHE_FORMAT, "key": key.as_json(), "models": models},
+    data = pickle.dumps({"format": cache_format, "key": key.as_json(), "models": models},
                         protocol=pickle.HIGHEST_PROTOCOL)
     tmp = SHIPPED_MODELS.with_suffix(".tmp")
     tmp.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
@@ -217,20 +205,16 @@ def write_shipped(models: Any, key: ShippedKey) -> None:
     SHIPPED_KEY.write_text(json.dumps(key.as_json(), indent=2, sort_keys=True) + "\n")
 
 
-def load_shipped(content: str, family: str) -> Any | None:
-    """The shipped :class:`knowledge.cache.KnowledgeModels` when they were fitted on the store
-    content ``content`` with ``family``, by this fitting code and these library versions; else
-    None (the caller fits)."""
-    from knowledge.cache import CACHE_FORMAT, KnowledgeModels
-
+def read_shipped(expected: ShippedKey, cache_format: int) -> Any | None:
+    """The shipped model set when its key is ``expected`` (the store's content, this fitting
+    code, these library versions) and it was written in ``cache_format``; else None (the caller
+    fits)."""
     key = shipped_key()
-    if key is None or key.content != content or key.family != family:
+    if key is None or key.content != expected.content or key.family != expected.family:
         return None
-    if key.libraries != _library_versions():
-        log.info("shipped models were fitted with %s; fitting here", key.libraries)
-        return None
-    if key.code != fit_code_version():
-        log.info("shipped models were fitted by other fitting code (%s); fitting here", key.code)
+    if key != expected:
+        log.info("the shipped models were fitted by other code or libraries (%s, now %s): "
+                 "fitting here", key, expected)
         return None
     try:
         # The project's own file in its own data directory (the fixed path above), never a
@@ -240,8 +224,7 @@ def load_shipped(content: str, family: str) -> Any | None:
             ImportError) as exc:
         log.warning("cannot read the shipped models %s: %s", SHIPPED_MODELS.name, exc)
         return None
-    if (not isinstance(payload, dict) or payload.get("format") != CACHE_FORMAT
-            or payload.get("key") != key.as_json()
-            or not isinstance(payload.get("models"), KnowledgeModels)):
+    if (not isinstance(payload, dict) or payload.get("format") != cache_format
+            or payload.get("key") != key.as_json()):
         return None
-    return payload["models"]
+    return payload.get("models")

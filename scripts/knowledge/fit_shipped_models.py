@@ -16,15 +16,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's packages first
 
-from knowledge.cache import KnowledgeModels, content_key
-from knowledge.shipped_models import SHIPPED_MODELS, current_key, write_shipped
+from knowledge.cache import CACHE_FORMAT, KnowledgeModels, content_key, shipped_models_key
+from knowledge.shipped_models import SHIPPED_MODELS, write_shipped
 from knowledge.store import TrialStore
 from knowledge.surrogates import DEFAULT_FAMILY
 from knowledge.transfer import import_shipped_knowledge
 
 
 def main() -> int:
-    key = current_key(DEFAULT_FAMILY)
+    key = shipped_models_key(DEFAULT_FAMILY)
     with tempfile.TemporaryDirectory(prefix="advisor-shipped-fit-") as tmp:
         store = TrialStore(f"sqlite:///{Path(tmp) / 'shipped.db'}")
         import_shipped_knowledge(store)
@@ -35,7 +35,7 @@ def main() -> int:
         started = time.perf_counter()
         models = KnowledgeModels.fit(store, family=DEFAULT_FAMILY)
         store.close()
-    write_shipped(models, key)
+    write_shipped(models, key, CACHE_FORMAT)
     print(f"{SHIPPED_MODELS.name}: {len(models.contexts)} contexts from {models.data.trials} "
           f"trials, fitted in {time.perf_counter() - started:.0f} s, "
           f"{SHIPPED_MODELS.stat().st_size / 1e6:.2f} MB (content {key.content}, code {key.code})")

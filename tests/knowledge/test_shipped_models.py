@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from knowledge import TrialStore
-from knowledge.cache import KnowledgeModels, ModelCache, data_key
-from knowledge.shipped_models import REGENERATE, current_key, shipped_key
+from knowledge.cache import KnowledgeModels, ModelCache, data_key, shipped_models_key
+from knowledge.shipped_models import REGENERATE, shipped_key
 from knowledge.transfer import import_jsonl, import_shipped_knowledge, shipped_files
 
 
 def test_the_shipped_models_are_current_for_the_shipped_data_and_the_fitting_code() -> None:
     shipped = shipped_key()
     assert shipped is not None, f"no shipped models: run `{REGENERATE}`"
-    now = current_key(shipped.family)
+    now = shipped_models_key(shipped.family)
     assert shipped.content == now.content, (
         f"the shipped models were fitted on other knowledge/data files ({shipped.content}, the "
         f"files now hash to {now.content}): run `{REGENERATE}` and commit knowledge/data/"
@@ -80,9 +80,9 @@ def test_a_store_holding_more_than_the_shipped_files_fits_its_own(
 
 def test_shipped_models_from_other_fitting_code_are_not_used(
         fresh_store: TrialStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import knowledge.shipped_models as shipped
+    import knowledge.cache as cache
 
-    monkeypatch.setattr(shipped, "fit_code_version", lambda: "0000000000000000")
+    monkeypatch.setattr(cache, "fit_code_version", lambda: "0000000000000000")
     fitted: list[str] = []
 
     def fit(cls: type[KnowledgeModels], s: TrialStore, **kw: object) -> KnowledgeModels:
