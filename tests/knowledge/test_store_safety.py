@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,3 +138,43 @@ def test_the_cli_says_one_line_and_exits_2_on_a_damaged_store(
         assert "quick_check" in lines[0] or "integrity_check" in lines[0]
         assert "Traceback" not in done.stderr
     assert path.read_bytes() == before, "a damaged store was written to"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_cli_command_stopped_by_a_signal_leaves_its_rows_in_the_db_file(
+        stop: signal.Signals, tmp_path: Path) -> None:
+    """`advisor worker` (a command that runs until stopped) on a fresh store: the shipped trials
+    it imported on open are in the .db file alone after SIGTERM or Ctrl-C, and no -wal is left."""
+    db = tmp_path / "cli.db"
+    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{db}",
+           "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_WORKER_POLL_INTERVAL_S": "0.2"}
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "worker"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not _imported(db):  # the store is open and the shipped trials are in it
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(stop)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert not Path(f"{db}-wal").exists(), "the command left the -wal file"
+    assert _trials(db) > 0
+
+
+def _imported(db: Path) -> bool:
+    """Whether the shipped files are all imported into ``db`` (read through its WAL)."""
+    if not db.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=1)
+        try:
+            done = conn.execute("SELECT count(*) FROM advisor_import").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return int(done) == len(shipped_files())
