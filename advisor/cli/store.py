@@ -32,7 +32,7 @@ def check_cmd() -> None:
     integrity = check_integrity(settings.db_url)
     if integrity is None:
         out.print(f"integrity: not checked ({escape(where)} is not SQLite; PostgreSQL checks "
-                  "its own pages)", highlight=False)
+                  "its own pages)", highlight=False, soft_wrap=True)
     elif integrity:
         problems += len(integrity)
         err.print(f"integrity: SQLite's integrity_check found {len(integrity)} problem(s) in "
