@@ -124,7 +124,9 @@ class WorkloadChoice(BaseModel):
 
 class StudyCreate(BaseModel):
     """A tuning study to run in the background. Every field is checked against what is
-    registered; nothing becomes a command, flag or path."""
+    registered; nothing becomes a command, flag or path. Numbers and switches are strict, as
+    docs/api.md says: ``"yes"``, ``0`` or ``"1"`` for a boolean, ``true`` or ``"8"`` for a
+    number are a 422, never read as something the client may not have meant."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "target": "faiss", "slo": "p95_latency_ms<=0.25,recall_at_10>=0.95",
@@ -145,34 +147,36 @@ class StudyCreate(BaseModel):
         description="configs measured right after the engine default, as `advisor tune "
                     "--enqueue` takes them: knob mappings, completed with the engine defaults "
                     "and checked against the search space")
-    trials: int = Field(default=30, ge=1, le=MAX_TRIALS)
+    trials: int = Field(default=30, ge=1, le=MAX_TRIALS, strict=True)
     sampler: str = Field(default=DEFAULT_SAMPLER, json_schema_extra={"enum": list(SAMPLERS)},
                          description="search algorithm")
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, strict=True)
     startup_trials: int | None = Field(
-        default=None, ge=1, le=1000,
+        default=None, ge=1, le=1000, strict=True,
         description="trials the tpe and gp samplers draw at random before they model, the "
                     "engine default and warm-start configs included (default 5), as "
                     "`advisor tune --startup-trials`; kept by the study")
-    include_default: bool = Field(default=True, description="measure the engine default first")
+    include_default: bool = Field(default=True, strict=True,
+                                  description="measure the engine default first")
     paired_repeats: int | None = Field(
-        default=None, ge=0, le=50,
+        default=None, ge=0, le=50, strict=True,
         description="after the search, measure the best config and the engine default this "
                     "many times each, interleaved, and store their paired comparison with the "
                     "study (0: off, else at least 3; default: the server's "
                     "`ADVISOR_PAIRED_REPEATS`, 3)")
     name: str | None = Field(default=None, max_length=200, pattern=STUDY_NAME_PATTERN,
                              description="study name; default derived like `advisor tune`")
-    resume: bool = Field(default=False, description="continue the study if it exists")
+    resume: bool = Field(default=False, strict=True,
+                         description="continue the study if it exists")
     warm_start: bool = Field(
-        default=True,
+        default=True, strict=True,
         description="a new study first measures, after the engine default and `enqueue`, what "
                     "the store knows for its SLO, workload and hardware (the recommender's "
                     "config and the best measured configs meeting the SLO), as `advisor tune` "
                     "does; a resumed study never gets them again")
 
     search_sweep: bool = Field(
-        default=False,
+        default=False, strict=True,
         description="where the target can (faiss: nprobe, efSearch), each trial builds once and "
                     "sweeps the search-time knobs, storing every setting as a trial of its own "
                     "outside the `trials` budget, as `advisor tune --search-sweep` does; false "

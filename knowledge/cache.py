@@ -3,14 +3,18 @@
 A long-running server holds one :class:`ModelCache` and calls :meth:`ModelCache.get` per request:
 that costs one aggregate query (count and newest id of measured trials) and refits only when the
 store has changed. ``advisor knowledge fit`` writes the fitted set (with its cross-validated
-scores) to the cache directory, so a later ``advisor recommend`` only loads it.
+scores) to the cache directory, so a later ``advisor recommend`` only loads it. A fresh store of
+the shipped knowledge loads the models shipped beside it (:mod:`knowledge.shipped_models`)
+instead of fitting them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import inspect
 import logging
 import os
 import pickle
@@ -28,6 +32,13 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from knowledge.models import ImportRecord, TrialRecord, TrialStatus
+from knowledge.shipped_models import (
+    ShippedKey,
+    library_versions,
+    read_shipped,
+    shipped_content,
+    source_digest,
+)
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.surrogates import (
     DEFAULT_FAMILY,
@@ -37,7 +48,8 @@ from knowledge.surrogates import (
     fit_context,
 )
 
-__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key"]
+__all__ = ["CACHE_FORMAT", "DataKey", "KnowledgeModels", "ModelCache", "content_key", "data_key",
+           "fit_code_version", "shipped_models_key"]
 
 log = logging.getLogger(__name__)
 #: Bump whenever a pickled class changes shape (3: noise_sd_; 4: work features, family slopes;
@@ -234,6 +246,26 @@ class KnowledgeModels:
         return models
 
 
+@functools.cache
+def fit_code_version() -> str:
+    """A digest of the fitting code: the sources the surrogate fit runs
+    (:func:`knowledge.shipped_models.source_digest`) and the part of this module that groups
+    trials into fits (its format number, the fewest trials per context, :meth:`KnowledgeModels.
+    fit`). Shipped models fitted by other code are not used."""
+    digest = hashlib.sha256(source_digest().encode())
+    digest.update(f"{CACHE_FORMAT} {MIN_TRIALS}\n".encode())
+    for part in (KnowledgeModels.fit, fit_job):
+        digest.update(inspect.getsource(part).encode())
+    return digest.hexdigest()[:16]
+
+
+def shipped_models_key(family: str = DEFAULT_FAMILY, content: str | None = None) -> ShippedKey:
+    """The key of models fitted now, by this code, on a store holding exactly ``content`` (by
+    default: the shipped files)."""
+    return ShippedKey(shipped_content() if content is None else content, fit_code_version(),
+                      family, library_versions())
+
+
 def cache_path(cache_dir: Path, db_url: str, family: str = DEFAULT_FAMILY,
                target: str | None = None) -> Path:
     """Where the models of the store at ``db_url`` are cached: one file per store and family
@@ -324,6 +356,8 @@ class ModelCache:
                 self._models = KnowledgeModels.load(self.path)
             if self._models is not None and (self._models.data == current or not refit):
                 return self._models
+            if (models := self._adopt_shipped(current)) is not None:
+                return models
             paths = self._shared_paths()
             if paths is None:
                 return self._refit_locked(None)
@@ -340,13 +374,15 @@ class ModelCache:
                         or self._refit_locked(shared))
 
     def peek(self) -> KnowledgeModels | None:
-        """Current models from memory or disk, or None (never fits)."""
+        """Current models from memory or disk (the shipped ones included), or None (never
+        fits)."""
         with self._lock:
+            current = data_key(self.store)
             if self._models is None and self.path is not None:
                 self._models = KnowledgeModels.load(self.path)
-            if self._models is not None and self._models.data == data_key(self.store):
+            if self._models is not None and self._models.data == current:
                 return self._models
-            return None
+            return self._adopt_shipped(current)
 
     def refit(self) -> KnowledgeModels:
         with self._lock:
@@ -375,6 +411,23 @@ class ModelCache:
         whole = (None if self.target is None
                  else shared_cache_path(self.shared_dir, content, self.family))
         return shared_cache_path(self.shared_dir, content, self.family, self.target), whole
+
+    def _adopt_shipped(self, current: DataKey) -> KnowledgeModels | None:
+        """The models shipped with the knowledge (this cache's target's part of them) when the
+        store holds exactly the shipped files and they were fitted on it by this fitting code
+        (:func:`knowledge.shipped_models.load_shipped`), kept as this cache's."""
+        content = content_key(self.store)
+        shipped = (None if content is None else
+                   read_shipped(shipped_models_key(self.family, content), CACHE_FORMAT))
+        if not isinstance(shipped, KnowledgeModels) or shipped.data != current:
+            return None
+        models = shipped if self.target is None else KnowledgeModels(
+            shipped.data, shipped.family,
+            {k: c for k, c in shipped.contexts.items() if k.target == self.target},
+            fitted_at=shipped.fitted_at, fit_seconds=shipped.fit_seconds)
+        self._models = models
+        self._save(models, self.path)
+        return models
 
     def _adopt_shared(self, shared: Path, current: DataKey) -> KnowledgeModels | None:
         """The models at ``shared`` when they were fitted on ``current``, kept as this cache's."""

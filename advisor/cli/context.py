@@ -70,7 +70,10 @@ def cli_settings() -> Settings:
 
 
 def cli_store(settings: Settings | None = None) -> TrialStore:
-    """The store a command works on (advisor/stores.py: the shipped knowledge imported)."""
+    """The store a command works on (advisor/stores.py: the shipped knowledge imported).
+    SIGTERM stops the command as Ctrl-C does, so the store is closed (checkpointed) on the way
+    out rather than left to its ``-wal`` file."""
+    sigterm_interrupts()
     return open_store(settings or cli_settings())
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from advisor.cli.context import choice, cli_settings, cli_store, err
+from advisor.cli.context import choice, cli_settings, cli_store, err, sigterm_interrupts
 from advisor.errors import AdvisorError
 from knowledge.cache import KnowledgeModels
 
@@ -52,6 +52,9 @@ def serve_cmd(
     from advisor.worker import WorkerSupervisor
     from api import create_app
 
+    # SIGTERM before uvicorn runs (and the one uvicorn raises again after its own graceful
+    # shutdown) stops this process as Ctrl-C does, through the `finally` below.
+    sigterm_interrupts()
     settings = cli_settings()
     if dev_loopback:
         settings = settings.model_copy(update={"api_dev_loopback": True})
@@ -86,9 +89,14 @@ def serve_cmd(
     try:
         uvicorn.run(api, host=host, port=port, log_level=log_level,
                     access_log=False)
+    except KeyboardInterrupt:
+        pass  # uvicorn shut down gracefully, then raised the SIGTERM / SIGINT it caught again
     finally:
         if supervisor is not None:
             supervisor.stop()
+        # Checkpointed and closed: the .db file alone holds every row, no -wal is left.
+        api.state.store.close()
+    err.print("advisor serve stopped; store closed")
 
 
 def dashboard_cmd(

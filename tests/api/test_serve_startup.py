@@ -1,20 +1,40 @@
 """`advisor serve` on a store whose models take a minute or more to fit answers its liveness probe
 at once: the fit runs in the background, `/readyz` and the answers that need the models say 503
-with Retry-After until it is done, and nothing else waits on it."""
+with Retry-After until it is done, and nothing else waits on it. (A fresh store of the shipped
+knowledge loads the models shipped with it instead, tests/knowledge/test_shipped_models.py: the
+store here holds one trial more, so its models must be fitted.)"""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 
+from knowledge import TrialStore
+from knowledge.transfer import import_jsonl, import_shipped_knowledge, shipped_files
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shipped_and_one_more(url: str) -> None:
+    """A store of the shipped knowledge and one trial more (no shipped fit matches it)."""
+    store = TrialStore(url)
+    import_shipped_knowledge(store)
+    with gzip.open(shipped_files()[0], "rt") as f:
+        line = json.loads(f.readline())
+    line["trial"]["uid"] = uuid.uuid4().hex
+    line["study"]["uid"], line["study"]["name"] = uuid.uuid4().hex, "one-more"
+    import_jsonl(store, [json.dumps(line)], source="extra")
+    store.close()
 
 
 def _free_port() -> int:
@@ -25,6 +45,7 @@ def _free_port() -> int:
 
 def test_health_answers_while_the_models_are_fitted(tmp_path: Path) -> None:
     port = _free_port()
+    _shipped_and_one_more(f"sqlite:///{tmp_path / 'fresh.db'}")
     env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'fresh.db'}",
            "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
            # nothing fitted anywhere: this server has the whole shipped knowledge to fit

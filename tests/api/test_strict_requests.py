@@ -1,0 +1,57 @@
+"""`POST /v1/studies` takes booleans as booleans and integers as integers, as docs/api.md says:
+a string, a number or a null where a switch goes, and a boolean, a string or a float where a
+count goes, are a 422 naming the field; nothing is queued for them. The same values typed
+correctly are accepted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import AUTH
+
+SWITCHES = ("warm_start", "search_sweep", "resume", "include_default")
+COUNTS = ("trials", "seed", "startup_trials", "paired_repeats")
+NOT_BOOLEANS: tuple[Any, ...] = ("yes", "off", "true", "1", 0, 1)
+NOT_INTEGERS: tuple[Any, ...] = (True, False, "8", "3", 8.0)
+
+
+def _jobs(api: TestClient) -> int:
+    resp = api.get("/v1/jobs")
+    assert resp.status_code == 200, resp.text
+    return int(resp.json()["total"])
+
+
+@pytest.mark.parametrize("field", SWITCHES)
+def test_a_switch_given_anything_but_a_boolean_is_a_422_naming_it(client: TestClient,
+                                                                   field: str) -> None:
+    for value in NOT_BOOLEANS:
+        resp = client.post("/v1/studies", json={"target": "scripted", field: value},
+                           headers=AUTH)
+        assert resp.status_code == 422, (field, value, resp.status_code, resp.text)
+        assert field in resp.text
+    assert _jobs(client) == 0
+
+
+@pytest.mark.parametrize("field", COUNTS)
+def test_a_count_given_anything_but_an_integer_is_a_422_naming_it(client: TestClient,
+                                                                  field: str) -> None:
+    for value in NOT_INTEGERS:
+        resp = client.post("/v1/studies", json={"target": "scripted", field: value},
+                           headers=AUTH)
+        assert resp.status_code == 422, (field, value, resp.status_code, resp.text)
+        assert field in resp.text
+    assert _jobs(client) == 0
+
+
+def test_the_same_fields_typed_as_documented_are_accepted(client: TestClient) -> None:
+    resp = client.post("/v1/studies", headers=AUTH, json={
+        "target": "scripted", "name": "typed", "trials": 3, "seed": 0, "startup_trials": 2,
+        "paired_repeats": 0, "warm_start": False, "search_sweep": False, "resume": False,
+        "include_default": True})
+    assert resp.status_code == 202, resp.text
+    request = resp.json()["request"]
+    assert request["trials"] == 3 and request["warm_start"] is False
+    assert _jobs(client) == 1
