@@ -1,6 +1,6 @@
 """The held-out GPU's predictions (issue 44), from the calibration probe's windows ONLY.
 
-    PYTHONPATH=. python docs/benchmarks/h100-heldout-2026-12-06/predict.py TRIALS.jsonl \
+    PYTHONPATH=. python docs/benchmarks/h100-heldout-2026-12-06/predict.py trials-heldout.jsonl.gz \
         --probe-study h100-8b-chat-1206 --probe-rates 8,24,40,64 \
         --rag -o predictions.json
 
@@ -27,6 +27,7 @@ import yaml
 from advisor.calibrate import calibrate_from_trials, window_noise, workload_streams
 from knowledge.calibrated import LABEL, capacity_at_slo, predict, replicas_for
 from knowledge.models import TrialRecord
+from knowledge.transfer import read_trials_text
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Fixed before the device call that measured them (committed with this script).
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rag", action="store_true", help="also predict rag-long-prompt")
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args(argv)
-    probe = [t for name, t in read_trials(args.trials.read_text().splitlines())
+    probe = [t for name, t in read_trials(read_trials_text(args.trials).splitlines())
              if name.startswith(args.probe_study + "@")]
     if args.probe_rates:
         keep = {float(r) for r in args.probe_rates.split(",")}
