@@ -167,7 +167,7 @@ def list_profiles(store: TrialStore, *, target: str | None = None, model: str | 
         if hardware is not None:
             q = q.where(HardwareProfileRecord.hardware == hardware.lower())
         rows = s.exec(q.order_by(HardwareProfileRecord.created_at,  # type: ignore[arg-type]
-                                 HardwareProfileRecord.id)).all()
+                                 HardwareProfileRecord.id)).all()  # type: ignore[arg-type]
         return [HardwareProfile.from_json(r.document) for r in rows]
 
 

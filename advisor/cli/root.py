@@ -11,6 +11,7 @@ import typer
 
 from advisor import __version__
 from advisor.cli import (
+    calibrate,
     cheatsheet,
     crosscheck,
     knowledge,
@@ -68,3 +69,4 @@ app.command("worker")(serve.worker_cmd)
 app.command("cheatsheet")(cheatsheet.cheatsheet_cmd)
 app.add_typer(sweep.sweep_app, name="sweep")
 app.command("crosscheck")(crosscheck.crosscheck_cmd)
+app.command("calibrate")(calibrate.calibrate_cmd)
