@@ -30,7 +30,7 @@ def main() -> int:
         HERE / "trials-heldout.jsonl.gz").splitlines()) if t.status == "complete"]
     rows, errs, hits = [], {m: [] for m in METRICS}, {m: [] for m in METRICS}
     verdicts = []
-    for name, t in sorted(measured, key=lambda x: x[1].workload_spec["params"]["arrival"]
+    for _name, t in sorted(measured, key=lambda x: x[1].workload_spec["params"]["arrival"]
                           ["rate_rps"]):
         rate = t.workload_spec["params"]["arrival"]["rate_rps"]
         meets = all(t.metrics[m] <= b for m, b in SLO.items())
