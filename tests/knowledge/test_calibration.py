@@ -28,6 +28,7 @@ from knowledge.calibrated import (
     LABEL,
     Capacity,
     KnobEffect,
+    StreamsAt,
     capacity_at_slo,
     predict,
     replicas_for,
@@ -113,7 +114,7 @@ def test_a_broken_profile_line_imports_nothing(tmp_path: Path) -> None:
     assert list_profiles(target) == []
 
 
-def _chat_streams(profile: HardwareProfile):  # type: ignore[no-untyped-def]
+def _chat_streams(profile: HardwareProfile) -> StreamsAt:
     return workload_streams(profile.probe[0]["workload_spec"]["params"], seeds=1)
 
 
