@@ -28,6 +28,7 @@ from knowledge.models import (
     TrialRecord,
     TrialStatus,
 )
+from knowledge.profiles import export_profile_lines, import_profile_rows, is_profile_row
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.validity import is_usable
 
@@ -52,6 +53,9 @@ class ImportSummary:
     #: Trials imported as (or, already present as complete, turned) ``invalid`` because the
     #: file labels their measurement unusable (knowledge/validity.py).
     trials_invalid: int = 0
+    #: Hardware profiles (knowledge/profiles.py) imported, and skipped as already present.
+    profiles_imported: int = 0
+    profiles_skipped: int = 0
 
 
 def _dump(model: Any, skip: set[str]) -> dict[str, Any]:
@@ -78,11 +82,15 @@ def export_lines(store: TrialStore, flt: TrialFilter | None = None) -> Iterator[
 
 
 def export_jsonl(store: TrialStore, out: TextIO, flt: TrialFilter | None = None) -> int:
-    """Write matching trials to ``out``; returns how many."""
+    """Write matching trials to ``out``, then the hardware profiles (of the filter's target;
+    none when it names a study or a hardware key); returns how many trials."""
     n = 0
     for line in export_lines(store, flt):
         out.write(line + "\n")
         n += 1
+    if flt is None or (flt.study is None and flt.hardware_key is None):
+        for line in export_profile_lines(store, target=None if flt is None else flt.target):
+            out.write(line + "\n")
     return n
 
 
@@ -94,7 +102,8 @@ def _parse(lines: Iterable[str], source: str) -> Iterator[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise StoreError(f"{source}:{number}: not JSON: {exc}") from None
-        if not isinstance(row, dict) or row.get("format") != FORMAT:
+        if not isinstance(row, dict) or (row.get("format") != FORMAT
+                                         and not is_profile_row(row)):
             raise StoreError(f"{source}:{number}: not a {FORMAT} line")
         yield row
 
@@ -110,6 +119,8 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
     imported") instead of on a half-imported study.
     """
     rows = list(_parse(lines, source))
+    profiles = [row for row in rows if is_profile_row(row)]
+    rows = [row for row in rows if not is_profile_row(row)]
     created = imported = skipped = invalid = 0
     with store.session() as s:
         if record is not None:
@@ -153,7 +164,8 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
             record.studies, record.trials = created, imported
             s.add(record)
         s.commit()
-    return ImportSummary(created, imported, skipped, invalid)
+    found = import_profile_rows(store, profiles, source=source) if profiles else (0, 0)
+    return ImportSummary(created, imported, skipped, invalid, *found)
 
 
 def _mark_invalid(trial: TrialRecord) -> None:

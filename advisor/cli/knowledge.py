@@ -346,3 +346,33 @@ def _print_failure_eval(store: TrialStore, *, target: str | None, family: str,
               "skipped failures (prestart rejections cost nothing); lost s: time of the "
               "measured trials that would have been skipped[/dim]")
 
+
+
+@knowledge_app.command("profiles")
+def knowledge_profiles_cmd(
+    target: Annotated[str | None, typer.Option(help="Only profiles of this target.")] = None,
+) -> None:
+    """List the hardware profiles (`advisor calibrate`): machine, engine, model, step model and
+    the calibration's own error."""
+    import math
+
+    from knowledge.profiles import list_profiles
+
+    profiles = list_profiles(cli_store(), target=target)
+    if not profiles:
+        out.print("no hardware profiles (run `advisor calibrate` on the machine)")
+        return
+    table = Table(title="hardware profiles (predictions from them are labelled 'predicted from "
+                        "calibration')")
+    for column in ("profile", "GPU", "engine", "windows", "step ms (fixed / seq / prompt tok)",
+                   "error (TTFT p95 / TPOT p95 / tok/s)"):
+        table.add_column(column)
+    for p in profiles:
+        err_pct = " / ".join(f"{100 * math.expm1(p.error_log[m]):.0f} %" if m in p.error_log
+                             else "-" for m in ("ttft_p95_ms", "tpot_p95_ms",
+                                                "output_tokens_per_s"))
+        table.add_row(p.name, f"{p.gpu_name} ({p.gpu_memory_mib:,.0f} MiB)",
+                      ", ".join(f"{k} {v}" for k, v in p.engine_versions.items()),
+                      str(len(p.probe)), f"{p.fixed_ms:.2f} / {p.per_sequence_ms:.4f} / "
+                      f"{p.per_prefill_token_ms:.5f}", err_pct)
+    out.print(table)

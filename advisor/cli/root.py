@@ -12,6 +12,7 @@ import typer.core
 
 from advisor import __version__
 from advisor.cli import (
+    calibrate,
     cheatsheet,
     crosscheck,
     knowledge,
@@ -89,3 +90,4 @@ app.command("cheatsheet")(cheatsheet.cheatsheet_cmd)
 app.add_typer(sweep.sweep_app, name="sweep")
 app.command("crosscheck")(crosscheck.crosscheck_cmd)
 app.add_typer(__import__("advisor.cli.store", fromlist=["_"]).store_app, name="store")
+app.command("calibrate")(calibrate.calibrate_cmd)

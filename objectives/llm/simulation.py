@@ -174,10 +174,13 @@ def _close(a: float | None, b: Any) -> bool:
     return abs(a - float(b)) <= 1e-9 * max(1.0, abs(a))
 
 
-def fit(trials: Sequence[Any]) -> LLMSimulation | None:
+def fit(trials: Sequence[Any], frontend_costs: Sequence[float] = FRONTEND_COSTS
+        ) -> LLMSimulation | None:
     """The simulator of one context's trials (all one target), or None where its search space
     marks no batch-slot or token-budget knob or no trial recorded the server's mean
-    inter-token latency on a Poisson or gamma workload."""
+    inter-token latency on a Poisson or gamma workload. ``frontend_costs``: the frontend
+    costs per token the fit chooses from (a calibration probe, whose top window nears the
+    server's capacity, chooses among the simulator's own, advisor/calibrate.py)."""
     from advisor.errors import SearchSpaceError
     from knowledge.load_curve import unvaried_knobs
     from search_spaces.space import load_space
@@ -210,6 +213,6 @@ def fit(trials: Sequence[Any]) -> LLMSimulation | None:
             stream, slots_n, budget_n, step_ms, t.metrics,
             first_token_ms((t.details or {}).get("requests"), len(stream.arrivals_s))))
         templates.setdefault(json.dumps(params, sort_keys=True), dict(params))
-    sim.models = fit_batch_models(classes, FRONTEND_COSTS)
+    sim.models = fit_batch_models(classes, frontend_costs)
     sim.templates = list(templates.values())
     return sim

@@ -1,0 +1,185 @@
+"""Calibration on a new GPU (issue 44): the hardware profile fitted from a RECORDED real probe
+(four windows of vLLM's defaults on the Llama-3-8B shape on an H100, 2026-12-06: the server's
+own metrics and each request's first-token latency, as the device brought them back) reproduces
+the stored profile; a profile round-trips through the knowledge's export and import; the
+predictions from it are labelled, carry intervals as wide as the measured error, and the
+capacity and replica answers follow from them."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor.calibrate import (
+    ERROR_METRICS,
+    calibrate_from_trials,
+    window_noise,
+    workload_streams,
+)
+from knowledge import TrialStore
+from knowledge.calibrated import (
+    LABEL,
+    Capacity,
+    KnobEffect,
+    StreamsAt,
+    capacity_at_slo,
+    predict,
+    replicas_for,
+)
+from knowledge.models import TrialRecord
+from knowledge.profiles import (
+    HardwareProfile,
+    find_profile,
+    list_profiles,
+    save_profile,
+)
+from knowledge.transfer import export_jsonl, import_jsonl, read_trials_text
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "calibration"
+PROBE = FIXTURES / "h100-8b-probe-2026-12-06.jsonl.gz"
+PROFILE = FIXTURES / "h100-8b-profile-2026-12-06.json"
+SLO = {"ttft_p95_ms": 300.0, "tpot_p95_ms": 40.0}
+
+
+def _probe_trials() -> list[TrialRecord]:
+    rows = [json.loads(line) for line in read_trials_text(PROBE).splitlines()]
+    return [TrialRecord.model_validate({**r["trial"], "study_id": i + 1})
+            for i, r in enumerate(rows)]
+
+
+@pytest.fixture(scope="module")
+def stored() -> HardwareProfile:
+    return HardwareProfile.from_json(json.loads(PROFILE.read_text()))
+
+
+@pytest.fixture(scope="module")
+def refitted(stored: HardwareProfile) -> HardwareProfile:
+    return calibrate_from_trials(_probe_trials(), noise=stored.noise_log,
+                                 noise_source=stored.noise_source, uid=stored.uid,
+                                 created_at=stored.created_at)
+
+
+def test_the_recorded_probe_reproduces_the_stored_profile(stored: HardwareProfile,
+                                                          refitted: HardwareProfile) -> None:
+    assert refitted.to_json() == stored.to_json()
+    # What it pinned, read off the real H100: a GPU and an engine, a step model with a cost
+    # per prompt token and per running sequence, and an error for every scored figure.
+    assert stored.hardware == "h100" and stored.gpu_memory_mib > 0
+    assert stored.engine_versions and stored.per_prefill_token_ms > 0
+    assert stored.fixed_ms > 0 and set(ERROR_METRICS) <= set(stored.error_log)
+    assert len(stored.probe) == 4
+    assert all(w["server_metrics"] and w["requests"] for w in stored.probe)
+
+
+def test_a_probe_of_one_window_is_refused() -> None:
+    from advisor.errors import AdvisorError
+
+    with pytest.raises(AdvisorError, match="at least two probe windows"):
+        calibrate_from_trials(_probe_trials()[:1], noise={}, noise_source="")
+
+
+def test_profiles_round_trip_through_export_and_import(tmp_path: Path,
+                                                       stored: HardwareProfile) -> None:
+    source = TrialStore(f"sqlite:///{tmp_path / 'a.db'}")
+    assert save_profile(source, stored) and not save_profile(source, stored)
+    buf = io.StringIO()
+    export_jsonl(source, buf)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["format"] == "slo-advisor-profile/1"
+    target = TrialStore(f"sqlite:///{tmp_path / 'b.db'}")
+    first = import_jsonl(target, lines)
+    again = import_jsonl(target, lines)
+    assert (first.profiles_imported, first.profiles_skipped) == (1, 0)
+    assert (again.profiles_imported, again.profiles_skipped) == (0, 1)
+    back = find_profile(target, target=stored.target, model=stored.model, hardware="H100")
+    assert back is not None and back.to_json() == stored.to_json()
+    assert list_profiles(target, hardware="h200") == []
+
+
+def test_a_broken_profile_line_imports_nothing(tmp_path: Path) -> None:
+    from advisor.errors import StoreError
+
+    target = TrialStore(f"sqlite:///{tmp_path / 'b.db'}")
+    line = json.dumps({"format": "slo-advisor-profile/1", "profile": {"target": "x"}})
+    with pytest.raises(StoreError, match="profile line 1"):
+        import_jsonl(target, [line], source="bad.jsonl")
+    assert list_profiles(target) == []
+
+
+def _chat_streams(profile: HardwareProfile) -> StreamsAt:
+    return workload_streams(profile.probe[0]["workload_spec"]["params"], seeds=1)
+
+
+def test_predictions_are_labelled_and_as_wide_as_the_measured_error(
+        stored: HardwareProfile) -> None:
+    at = _chat_streams(stored)
+    p = predict(stored, at(12.0), rate_rps=12.0)
+    assert p.label == LABEL == "predicted from calibration"
+    for m in ERROR_METRICS:
+        f = p.figures[m]
+        assert f.low < f.value < f.high
+        sd = math.sqrt(stored.error_log[m] ** 2 + stored.noise_log[m] ** 2)
+        assert math.log(f.high / f.value) == pytest.approx(1.6448536 * sd, rel=1e-6)
+    # A knob effect carried from another machine moves the figure by its ratio and widens it.
+    effect = KnobEffect({"tpot_p95_ms": 0.5}, {"tpot_p95_ms": 0.3}, "measured elsewhere")
+    q = predict(stored, at(12.0), rate_rps=12.0, effect=effect)
+    assert q.figures["tpot_p95_ms"].value == pytest.approx(
+        0.5 * p.figures["tpot_p95_ms"].value)
+    assert (q.figures["tpot_p95_ms"].high / q.figures["tpot_p95_ms"].value
+            > p.figures["tpot_p95_ms"].high / p.figures["tpot_p95_ms"].value)
+
+
+def test_capacity_brackets_the_slo_and_replicas_follow(stored: HardwareProfile) -> None:
+    at = _chat_streams(stored)
+    cap = capacity_at_slo(stored, at, SLO, low_rps=2.0, high_rps=300.0, tolerance=0.05)
+    assert 0 < cap.low <= cap.rate_rps <= cap.high < 300.0
+    below = predict(stored, at(cap.rate_rps * 0.9), rate_rps=cap.rate_rps * 0.9)
+    assert all(below.figures[m].value <= b for m, b in SLO.items())
+    above = predict(stored, at(cap.rate_rps * 1.3), rate_rps=cap.rate_rps * 1.3)
+    assert any(above.figures[m].value > b for m, b in SLO.items())
+    r = replicas_for(10 * cap.rate_rps, cap)
+    assert r.count == 10 and r.low is not None and r.high is not None
+    assert r.low <= r.count <= r.high
+    assert replicas_for(5.0, Capacity(0.0, 0.0, 1.0)).count is None
+
+
+def test_window_noise_pools_repeated_windows_only() -> None:
+    trials = _probe_trials()  # four rates, one window each: no repeats, no noise
+    assert window_noise(trials, trials[0].target) == {}
+    twin = [t.model_copy(update={"metrics": {**t.metrics, "ttft_p95_ms":
+                                             t.metrics["ttft_p95_ms"] * 2}}) for t in trials]
+    noise = window_noise([*trials, *twin], trials[0].target)
+    assert noise["ttft_p95_ms"] == pytest.approx(math.log(2) / math.sqrt(2))
+    assert noise["tpot_p95_ms"] == 0.0
+
+
+def test_calibrate_from_a_stored_study_and_the_profiles_listing(tmp_path: Path) -> None:
+    env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 's.db'}",
+           "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "0",
+           "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+
+    def advisor(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    assert advisor("knowledge", "import", str(PROBE)).returncode == 0
+    bad = advisor("calibrate", "--from-study", "nothing-here")
+    assert bad.returncode == 2 and "no stored windows" in bad.stderr
+    done = advisor("calibrate", "--from-study", "h100-8b-chat-1206", "-o",
+                   str(tmp_path / "p.json"))
+    assert done.returncode == 0, done.stderr
+    assert "h100/vllm/llama-3-8b" in done.stdout and "calibration error" in done.stdout
+    listed = advisor("knowledge", "profiles")
+    assert listed.returncode == 0 and "h100/vllm/llama-3-8b" in listed.stdout
+    written = json.loads((tmp_path / "p.json").read_text())
+    stored = json.loads(PROFILE.read_text())
+    for key in ("fixed_ms", "per_sequence_ms", "per_prefill_token_ms", "error_log"):
+        assert written[key] == stored[key]
