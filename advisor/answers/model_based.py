@@ -254,12 +254,21 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
     # The default to compare with is the one measured on the best's model.
     default_key = _default_key(groups, default_cfg_key, trial_model(best))
     answer = with_default(answer, default_key)
-    launch = engine.launch_command(best.config, _launch_workload(best, launch_model))
+    launch = _launch_or_none(engine, best, launch_model)
     answer = replace(answer, trial=best, margins=judged[best_key].margins, launch_command=launch,
                      windows=tuple(groups[best_key]), verdict=judged[best_key],
                      figures=figures[best_key])
     return _versus_default(store, engine, answer, default_key=default_key,
                            groups=groups, figures=figures, launch_model=launch_model)
+
+
+def _launch_or_none(engine: Target, trial: TrialRecord, launch_model: str | None) -> str | None:
+    """The launch command of ``trial``'s config, or None where this machine's engine cannot
+    build one (a config measured elsewhere: 15 threads where this CPU has 2)."""
+    try:
+        return engine.launch_command(trial.config, _launch_workload(trial, launch_model))
+    except AdvisorError:
+        return None
 
 
 def _launch_workload(trial: TrialRecord, launch_model: str | None) -> Workload:
@@ -407,7 +416,7 @@ def _versus_default(store: TrialStore, engine: Target, answer: Recommendation, *
     answer = replace(answer, answer=verdict.answer, baseline=verdict)
     # When the best is itself the default, it stays: it is the measurement that met the SLO.
     if verdict.answer == "keep_defaults" and default is not None and verdict.basis != "is_default":
-        launch = engine.launch_command(default.config, _launch_workload(default, launch_model))
+        launch = _launch_or_none(engine, default, launch_model)
         answer = replace(answer, trial=default, launch_command=launch,
                          margins=(answer.default_verdict.margins if answer.default_verdict
                                   else {}),
