@@ -19,6 +19,7 @@ from advisor.cli import (
     recommend,
     records,
     serve,
+    store,
     sweep,
     targets,
     tune,
@@ -89,5 +90,5 @@ app.command("worker")(serve.worker_cmd)
 app.command("cheatsheet")(cheatsheet.cheatsheet_cmd)
 app.add_typer(sweep.sweep_app, name="sweep")
 app.command("crosscheck")(crosscheck.crosscheck_cmd)
-app.add_typer(__import__("advisor.cli.store", fromlist=["_"]).store_app, name="store")
+app.add_typer(store.store_app, name="store")
 app.command("calibrate")(calibrate.calibrate_cmd)
