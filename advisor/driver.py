@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import optuna
 
 from advisor import __version__, pairing, recovery
+from advisor.budget import SEARCH, BudgetTally
 from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
 from advisor.failure_gate import FailureGate
@@ -52,6 +53,7 @@ from advisor.settings import Settings
 from advisor.study_spec import (
     CO_STUDIES_KEY,
     CO_WITH_KEY,
+    WARM_START_PENDING,
     CoMeasured,
     StoredStudy,
     StudySpec,
@@ -64,12 +66,13 @@ from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, Tr
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from knowledge.leases import StudyLease
 from knowledge.models import StudyStatus
-from knowledge.queries import best_feasible, best_feasible_of_study
+from knowledge.queries import best_feasible
 from knowledge.validity import invalid_reason, is_usable
 from objectives import SLO, Workload
 from objectives.hardware import fingerprint
 from objectives.registry import get_target
 from objectives.target import Target
+from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
@@ -95,6 +98,8 @@ class StudyResult:
     default_trial: TrialRecord | None = None
     #: The results of the studies measured alongside this one.
     co_measured: list[StudyResult] = field(default_factory=list)
+    #: Its trials against its search budget: search trials, closing repeats, gate skips.
+    tally: BudgetTally | None = None
 
     def count(self, status: str) -> int:
         return sum(t.status == status for t in self.trials)
@@ -262,8 +267,17 @@ class StudyDriver:
         # Fixed knobs are never swept; co-measured workloads and a sweep do not mix in a trial.
         sweepable = sorted(target.swept_knobs() - set(spec.fixed))
         swept = tuple(sweepable) if spec.search_sweep and not spec.co_measured else ()
-        spec = dataclasses.replace(spec, startup_trials=spec.startup_trials or STARTUP_TRIALS)
-        stored = StoredStudy(spec, swept, tuple(co.name for co in spec.co_measured))
+        # Every setting is resolved now and kept by the study: a resume runs on what it started
+        # with, whatever the environment's defaults are by then.
+        spec = dataclasses.replace(
+            spec, startup_trials=spec.startup_trials or STARTUP_TRIALS,
+            paired_repeats=(self.settings.paired_repeats if spec.paired_repeats is None
+                            else spec.paired_repeats))
+        # A warm start is pending from the study's creation until its configs are queued
+        # (advisor/warm_start.py): a process killed in between leaves it for the resume.
+        stored = StoredStudy(spec, swept, tuple(co.name for co in spec.co_measured),
+                             search_trials=spec.n_trials,
+                             warm_start=WARM_START_PENDING if spec.warm_start else None)
         study = self._create_study(stored, provenance)
         companions = []
         for co, facts in zip(spec.co_measured, co_provenance, strict=True):
@@ -308,31 +322,54 @@ class StudyDriver:
 
     def resume(self, name: str, n_trials: int | None = None, *,
                paired_repeats: int | None = None, failure_gate: bool | None = None,
-               failure_threshold: float | None = None) -> StudyResult:
+               failure_threshold: float | None = None,
+               on_opened: Callable[[StudyRecord], None] | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
-        until ``n_trials`` (default: the study's own) trials have finished. ``paired_repeats``
-        as in :class:`StudySpec`; repeats already queued or measured are not queued again.
-        ``failure_gate`` / ``failure_threshold`` change the study's recorded gate settings from
-        here on (None: keep them)."""
+        until its search budget is spent (``n_trials`` search trials; None: the study's own) and
+        its closing paired repeats are measured (advisor/budget.py). ``paired_repeats``,
+        ``failure_gate`` and ``failure_threshold`` change the study's recorded settings from
+        here on (None: keep them). ``on_opened`` is called once the study is recovered, before
+        its first trial (a warm start left pending by a killed creation is queued there)."""
         with self.lease(name):
             spec, study, target, ostudy, companions = self._open(name, n_trials)
-            if paired_repeats is not None:
+            changes: dict[str, Any] = {}
+            provenance: dict[str, Any] = {}
+            if paired_repeats is not None and paired_repeats != spec.paired_repeats:
                 spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
+                changes["paired_repeats"] = paired_repeats
             if failure_gate is not None or failure_threshold is not None:
                 spec = dataclasses.replace(
                     spec, failure_gate=spec.failure_gate if failure_gate is None
                     else failure_gate, failure_threshold=failure_threshold
                     if failure_threshold is not None else spec.failure_threshold)
-                gate = gate_settings(spec)
-                study = self.store.update_study_spec(study.id or 0, {_GATE_KEY: gate},
-                                                     provenance={_GATE_KEY: gate})
+                changes[_GATE_KEY] = provenance[_GATE_KEY] = gate_settings(spec)
+            if changes:
+                study = self.store.update_study_spec(study.id or 0, changes,
+                                                     provenance=provenance or None)
+            if on_opened is not None:
+                on_opened(study)
             return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
         """Recover the study ``name`` after a killed driver or worker (what :meth:`resume` does
-        before its loop), optionally setting its trial budget; no trial is run. The caller holds
-        the study's :meth:`lease`."""
+        before its loop), optionally setting its search budget; no trial is run. The caller
+        holds the study's :meth:`lease`."""
         return self._open(name, n_trials)[1]
+
+    def search_budget(self, study: StudyRecord) -> int:
+        """The search budget of ``study`` (its settings' ``search_trials``; for a document
+        written before that was kept, its budget less the paired repeats it measured)."""
+        stored = StoredStudy.of(study) if study.spec is not None else None
+        if stored is not None and stored.search_trials is not None:
+            return stored.search_trials
+        trials = self.store.trials_of_study(study.id or 0, list(TrialStatus.FINISHED))
+        return max(1, study.n_trials - sum(pairing.is_paired(t) for t in trials))
+
+    def tally(self, study: StudyRecord) -> BudgetTally:
+        """How the study's finished trials count against its search budget."""
+        return BudgetTally.of(self.search_budget(study),
+                              self.store.trials_of_study(study.id or 0,
+                                                         list(TrialStatus.FINISHED)))
 
     def _open(self, name: str, n_trials: int | None
               ) -> tuple[StudySpec, StudyRecord, Target, optuna.Study, list[_Companion]]:
@@ -346,7 +383,7 @@ class StudyDriver:
         if (leader := stored.measured_with) is not None:
             raise StudyError(f"study {name!r} is measured alongside study {leader!r}; resume "
                              f"{leader!r} and both go on")
-        spec = stored.resume_spec(n_trials)
+        spec = stored.resume_spec()
         target = self._check_target(spec)
         self._prepare(target, spec.workload)
         companions = []
@@ -355,7 +392,7 @@ class StudyDriver:
             if co_study is None:
                 raise StudyError(f"study {name!r} is measured with study {co_name!r}, which is "
                                  "missing from this store")
-            co_spec = self._stored(co_study).resume_spec(n_trials)
+            co_spec = self._stored(co_study).resume_spec()
             self._prepare(target, co_spec.workload)
             companion = _Companion(co_spec, co_study, self.bridge.recording_study(co_spec))
             recovery.recover_recording(self.store, self.bridge, companion.ostudy, co_study)
@@ -365,11 +402,21 @@ class StudyDriver:
         ostudy = self._sampling_study(spec, study)
         recovery.recover_study(self.store, self.bridge, ostudy, study, spec.slo,
                                heartbeat_interval_s=self.settings.heartbeat_interval_s)
-        if n_trials is not None and n_trials != study.n_trials:
-            study = self._update_n_trials(study, n_trials)
-            companions = [dataclasses.replace(c, study=self._update_n_trials(c.study, n_trials))
-                          for c in companions]
-        return spec, study, target, ostudy, companions
+        if n_trials is not None and n_trials != self.search_budget(study):
+            study = self.store.update_study_spec(study.id or 0, {"search_trials": n_trials})
+        study = self._sync_budget(study, ostudy)
+        companions = [c if c.study.n_trials == study.n_trials else dataclasses.replace(
+            c, study=self._update_n_trials(c.study, study.n_trials)) for c in companions]
+        return dataclasses.replace(spec, n_trials=study.n_trials), study, target, ostudy, \
+            companions
+
+    def _sync_budget(self, study: StudyRecord, ostudy: optuna.Study) -> StudyRecord:
+        """Make the study's store budget (the column claims read) its search budget plus the
+        slots its repeats (measured and queued) and free skips take."""
+        tally = self.tally(study)
+        waiting = pairing.pending(self.bridge.waiting_attrs(ostudy))
+        total = tally.search_trials + tally.repeats_done + tally.skipped_free + waiting
+        return study if total == study.n_trials else self._update_n_trials(study, total)
 
     def join(self, name: str, *, worker: int = 0, max_consecutive_failures: int | None = None
              ) -> JoinResult:
@@ -399,6 +446,8 @@ class StudyDriver:
             rec = self._run_one(spec, study, target, space, ostudy, [], budget=study.n_trials)
             if rec is None:
                 return JoinResult(ran, "budget")
+            if rec.error_type == PREDICTED_FAILURE:  # a free skip adds its slot back
+                study = self._sync_budget(study, ostudy)
             ran += 1
             self.reporter.trial_finished(rec, ran, None)
 
@@ -439,6 +488,16 @@ class StudyDriver:
         return (self._update_n_trials(study, study.n_trials + len(checked)) if extend_budget
                 else study)
 
+    def held_configs(self, name: str) -> set[str]:
+        """The configs study ``name`` holds, queued or tried (canonical JSON), so a late queue
+        (a warm start finished on resume) adds none twice."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r}")
+        ostudy = self._sampling_study(self._stored(study).resume_spec(), study)
+        return ({canonical_json(t.config) for t in self.store.trials_of_study(study.id or 0)}
+                | {canonical_json(c) for c in self.bridge.waiting_configs(ostudy)})
+
     # setup -----------------------------------------------------------------------------------
 
     def _check_target(self, spec: StudySpec) -> Target:
@@ -473,31 +532,37 @@ class StudyDriver:
 
     def _loop(self, spec: StudySpec, study: StudyRecord, target: Target,
               ostudy: optuna.Study, companions: list[_Companion]) -> StudyResult:
+        """Run search trials until the search budget is spent (gate skips free up to their
+        share, advisor/budget.py), then the closing paired repeats; the store budget follows."""
         space = target.space()
-        finished = list(TrialStatus.FINISHED)
-        done = self.store.count_trials(study.id or 0, finished)
-        best = best_feasible_of_study(self.store, study)
-        self.reporter.started(study, done, spec.n_trials)
+        tally = self.tally(study)
+        done = tally.slots_used
+        best = best_feasible(self.store.trials_of_study(study.id or 0, [TrialStatus.COMPLETE]),
+                             spec.objective.direction, exclude=pairing.is_paired)
+        self.reporter.started(study, tally.search_done, tally.search_trials)
         studies = [study, *(c.study for c in companions)]
         for one in studies:
             self.store.set_study_status(one.id or 0, StudyStatus.RUNNING)
         try:
             while True:
-                while done < spec.n_trials:
+                while (tally.search_done < tally.search_trials
+                       or pairing.pending(self.bridge.waiting_attrs(ostudy))):
                     self._check_leases()
                     rec = self._run_one(spec, study, target, space, ostudy, companions)
                     assert rec is not None  # no budget claim: always runs
                     done += 1
-                    best = best_feasible([*([best] if best else []), rec],
-                                         spec.objective.direction)
+                    if tally.add(rec) == SEARCH:
+                        best = best_feasible([*([best] if best else []), rec],
+                                             spec.objective.direction)
+                    study = self._sync_budget(study, ostudy)
                     self.reporter.trial_finished(rec, done, best)
                 # The search is over: re-measure its best beside the default (once per block).
                 study = self._queue_paired(spec, study, target, ostudy, done)
-                if done >= study.n_trials:
+                if not pairing.pending(self.bridge.waiting_attrs(ostudy)):
                     break
-                spec = dataclasses.replace(spec, n_trials=study.n_trials)
-                companions = [dataclasses.replace(c, study=self._update_n_trials(
-                    c.study, study.n_trials)) for c in companions]
+            for c in companions:
+                if c.study.n_trials != study.n_trials:
+                    self._update_n_trials(c.study, study.n_trials)
             self._store_paired(study, companions)
         except BaseException:
             for one in studies:
@@ -547,10 +612,7 @@ class StudyDriver:
                 self.reporter.preparing(
                     f"re-measuring the best config (trial #{best.number}) and the engine "
                     f"default {repeats}x each, interleaved, for a paired comparison")
-        waiting = pairing.pending(self.bridge.waiting_attrs(ostudy))
-        if done + waiting > study.n_trials:
-            study = self._update_n_trials(study, done + waiting)
-        return study
+        return self._sync_budget(study, ostudy)
 
     def _store_paired(self, study: StudyRecord, companions: Sequence[_Companion]) -> None:
         """Store the best-vs-default comparison of the study's latest block, and of each
@@ -849,8 +911,10 @@ class StudyDriver:
         default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE
                         and t.status == TrialStatus.COMPLETE), None)
         co = [self.result(n) for n in co_studies_of(study) if self.store.get_study(n) is not None]
-        return StudyResult(study, trials, best_feasible(trials, study.objective_direction),
-                           default, co)
+        # The best is a search trial's: the closing repeats re-measure it, they do not compete.
+        best = best_feasible(trials, study.objective_direction, exclude=pairing.is_paired)
+        tally = BudgetTally.of(self.search_budget(study), trials)
+        return StudyResult(study, trials, best, default, co, tally)
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:

@@ -199,6 +199,12 @@ class OptunaBridge:
         return [t.user_attrs for t in ostudy.get_trials(deepcopy=False,
                                                          states=(TrialState.WAITING,))]
 
+    @staticmethod
+    def waiting_configs(ostudy: optuna.Study) -> list[dict[str, Any]]:
+        """The configs of every queued, not yet asked trial."""
+        return [dict(t.system_attrs.get("fixed_params", {}))
+                for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+
     # tells -----------------------------------------------------------------------------------
 
     @staticmethod
