@@ -356,6 +356,35 @@ class StudyDriver:
         holds the study's :meth:`lease`."""
         return self._open(name, n_trials)[1]
 
+    def reconcile(self, name: str) -> bool:
+        """Reconcile Optuna with the store for the idle study ``name`` whose process died (what
+        :meth:`resume` does first, without preparing its workload or running a trial): trials
+        Optuna still says are running are told, their configs re-queued when never measured,
+        their rows interrupted. Returns whether there was anything to reconcile; raises
+        :class:`StudyBusyError` when a live driver holds the study, :class:`StudyError` when a
+        trial of it still runs."""
+        study = self.store.get_study(name)
+        if study is None or study.status == StudyStatus.IMPORTED or (
+                not self.bridge.running_count(name)
+                and not self.store.count_trials(study.id or 0, [TrialStatus.RUNNING])):
+            return False
+        with self.lease(name):
+            stored = self._stored(study)
+            if stored.measured_with is not None:
+                return False  # reconciled with the study it is measured alongside
+            spec = stored.resume_spec()
+            ostudy = self._sampling_study(spec, study)
+            for co_study in [self.store.get_study(co) for co in stored.co_studies]:
+                if co_study is not None:
+                    co_spec = self._stored(co_study).resume_spec()
+                    recovery.recover_recording(self.store, self.bridge,
+                                               self.bridge.recording_study(co_spec), co_study)
+            recovery.recover_study(self.store, self.bridge, ostudy, study, spec.slo,
+                                   heartbeat_interval_s=self.settings.heartbeat_interval_s)
+            if study.status == StudyStatus.RUNNING:
+                self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
+            return True
+
     def search_budget(self, study: StudyRecord) -> int:
         """The search budget of ``study`` (its settings' ``search_trials``; for a document
         written before that was kept, its budget less the paired repeats it measured)."""
