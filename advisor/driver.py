@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,10 +32,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
+from optuna.exceptions import StorageInternalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from advisor import __version__, pairing, recovery
 from advisor.budget import SEARCH, BudgetTally
-from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
+from advisor.disk_reserve import DiskReserve
+from advisor.errors import (
+    AdvisorError,
+    SearchSpaceError,
+    StoreError,
+    StudyError,
+    TrialTakenError,
+)
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
 from advisor.failure_gate import FailureGate
 from advisor.headroom import FRESH_BUILD
@@ -76,8 +86,9 @@ from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
-           "StudyDriver", "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
-           "describe_optuna_study", "failure_streak", "optuna_storage", "tell_constraints"]
+           "StorageFailure", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec",
+           "complete_enqueued", "describe_optuna_study", "failure_streak", "is_storage_error",
+           "optuna_storage", "tell_constraints"]
 
 log = logging.getLogger(__name__)
 _DEFAULT_ROLE = "engine-default"
@@ -86,6 +97,33 @@ _ENQUEUED_ROLE = "enqueued"
 _SWEEP_BUDGET_SHARE = 0.5
 #: Times a shared-study worker asks again when the trial it was handed is another worker's.
 _CLAIM_ATTEMPTS = 20
+
+
+#: What a full disk or a broken store raises, through the store or through Optuna's storage.
+_STORAGE_ERRORS: tuple[type[BaseException], ...] = (
+    StoreError, SQLAlchemyError, optuna.exceptions.StorageInternalError)
+#: OS errors that mean the store's disk cannot take writes.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+class StorageFailure(StoreError):
+    """The store failed mid-study; the message says what was left and how to continue."""
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store (or its disk) failed, rather than a trial or a bug."""
+    return isinstance(exc, _STORAGE_ERRORS) or (
+        isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The cause of a storage error in one line (SQLAlchemy's messages carry the statement)."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None and isinstance(cause, StoreError | StorageInternalError):
+        cause = cause.__cause__
+    orig = getattr(cause, "orig", None)  # the driver's own error, without SQLAlchemy's framing
+    text = str(orig if orig is not None else cause).strip().splitlines()
+    return (text[0] if text else type(cause).__name__).removeprefix("trial store error: ")
 
 
 @dataclass
@@ -203,6 +241,12 @@ class StudyDriver:
         self.bridge = OptunaBridge(store.url)
         #: The knobs each trial of a study sweeps (its stored settings), by study name.
         self._swept: dict[str, tuple[str, ...]] = {}
+        #: The trial being run: asked of Optuna, and its store row once written (so a storage
+        #: error can leave it interrupted in both).
+        self._asked: tuple[optuna.Study, optuna.Trial] | None = None
+        self._running: TrialRecord | None = None
+        #: Space held beside a SQLite store, freed to close a study when its disk fills.
+        self._reserve = DiskReserve(store.url)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     # entry points ----------------------------------------------------------------------------
@@ -226,6 +270,7 @@ class StudyDriver:
         recovers or enqueues into a study that workers then :meth:`join` (a sweep cell) takes it
         around all of that. Raises :class:`StudyBusyError` naming the live holder."""
         with StudyLease(self.store, name, ttl_s=self.settings.study_lease_ttl_s) as held:
+            self._reserve.hold()
             self._leases.append(held)
             try:
                 yield held
@@ -593,9 +638,14 @@ class StudyDriver:
                 if c.study.n_trials != study.n_trials:
                     self._update_n_trials(c.study, study.n_trials)
             self._store_paired(study, companions)
-        except BaseException:
+        except BaseException as exc:
             for one in studies:
-                self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
+                # A store that just failed may refuse this too: the error that stopped the
+                # study is the one to report (a resume repairs the status).
+                with contextlib.suppress(*_STORAGE_ERRORS):
+                    self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
+            if is_storage_error(exc) and not isinstance(exc, StorageFailure):
+                raise self._storage_failed(spec, study, exc) from exc
             raise
         for one in studies:
             self.store.set_study_status(one.id or 0, StudyStatus.FINISHED)
@@ -669,6 +719,12 @@ class StudyDriver:
                 # Another worker was handed the same queued trial and runs it: leave the
                 # Optuna trial to it and ask for another.
                 log.info("%s; asking for another", exc)
+            except Exception as exc:
+                if not is_storage_error(exc) or isinstance(exc, StorageFailure):
+                    raise
+                raise self._storage_failed(spec, study, exc) from exc
+            finally:
+                self._asked = self._running = None
         raise StudyError(f"{_CLAIM_ATTEMPTS} trials in a row were claimed by other workers "
                          f"of study {spec.name!r} before this one could claim them")
 
@@ -676,6 +732,7 @@ class StudyDriver:
                      ostudy: optuna.Study, companions: list[_Companion], budget: int | None
                      ) -> TrialRecord | None:
         otrial = ostudy.ask()
+        self._asked, self._running = (ostudy, otrial), None
         # A repeat (a paired comparison's round) measures exactly its config, never a sweep.
         repeat = otrial.user_attrs.get(pairing.BLOCK_ATTR) is not None
         swept = (frozenset(self._swept.get(spec.name, ()))
@@ -702,9 +759,9 @@ class StudyDriver:
             target=spec.target, config=config, workload=spec.workload, hardware=hw,
             details=details)
         if budget is None:
-            rec = self.store.start_trial(record)
+            rec = self._running = self.store.start_trial(record)
         elif (claimed := self.store.claim_trial(record, budget)) is not None:
-            rec = claimed
+            rec = self._running = claimed
         else:
             # Another worker took the last slot between our count and our claim: hand a queued
             # config back to the queue so it is not lost, and close the asked trial.
@@ -740,6 +797,48 @@ class StudyDriver:
             self._record_co_measured(companion, space, dict(otrial.params), config, hw,
                                      _with_slo(target, co_outcome, spec.slo), co_details)
         return stored
+
+    def _storage_failed(self, spec: StudySpec, study: StudyRecord, exc: BaseException
+                        ) -> StorageFailure:
+        """The store failed mid-trial (a full disk, a lost connection): leave the trial being
+        run interrupted in the store and failed in Optuna with its config queued again, as far
+        as the store still takes writes (what it refuses, ``--resume`` repairs: recovery.py),
+        and return the one-line error to stop the study with. Finished trials are untouched."""
+        why = _first_line(exc)
+        # A full disk refuses the writes below too: give back the space held for them.
+        self._reserve.release()
+        rec, asked = self._running, self._asked
+        number = rec.number if rec is not None else asked[1].number if asked else None
+        log.info("study %s: storage error during trial %s: %s", spec.name, number, why)
+        stored = None
+        if rec is not None:
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                stored = self.store.get_trial(rec.id or 0)
+                if stored is not None and stored.status == TrialStatus.RUNNING:
+                    stored = recovery.interrupt(self.store, rec, f"the store failed: {why}")
+        if asked is not None:
+            ostudy, otrial = asked
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                if self.bridge.is_finished(otrial._trial_id):
+                    pass
+                elif stored is not None and stored.status in TrialStatus.FINISHED:
+                    # Stored, not told yet: Optuna hears what the store holds.
+                    self.bridge.tell_stored(ostudy, otrial._trial_id, otrial.number, spec.slo,
+                                            stored)
+                else:
+                    # Queued again before it is told: a failure in between loses no config.
+                    self.bridge.requeue(ostudy, otrial.params, otrial.user_attrs,
+                                        from_number=otrial.number)
+                    self.bridge.tell_failed(ostudy, otrial)
+        kept = stored is not None and stored.status in TrialStatus.FINISHED
+        if kept:
+            number = None  # the trial it stopped at is stored as it finished
+        where = f" during trial #{number}" if number is not None else ""
+        left = "with that trial interrupted and " if number is not None else "with "
+        return StorageFailure(f"the trial store failed{where} ({why}); study {spec.name!r} stopped "
+                              f"{left}every finished trial kept. Once the store takes writes "
+                              "again (free disk space, check the database), continue with: "
+                              f"advisor tune --target {spec.target} --name {spec.name} --resume")
 
     def _gate(self, spec: StudySpec, target: Target, hardware_key: str) -> FailureGate:
         """The study's failure gate (built once per study and driver); says once, and again
