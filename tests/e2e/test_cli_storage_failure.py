@@ -1,8 +1,9 @@
 """A store that fails mid-study stops `advisor tune` with one line and a non-zero exit, never a
 traceback: on a real full disk (a tiny tmpfs holding the SQLite store) the running trial is left
 interrupted in the store and failed in Optuna with its config queued again, the lease released,
-every finished trial kept; on PostgreSQL switched read-only under the driver the same one line,
-and a resume once the store takes writes again finishes the study with nothing lost."""
+every finished trial kept; on PostgreSQL, whose connections are killed (pg_terminate_backend)
+and which turns read-only under the driver, the same one line; and a resume once the store
+takes writes again finishes the study with nothing lost."""
 
 from __future__ import annotations
 
@@ -112,8 +113,11 @@ def test_a_full_disk_stops_the_study_in_one_line_and_loses_nothing(tmp_path: Pat
         for t in trials:  # the store and Optuna agree on every trial
             assert states[t.number] == {TrialStatus.COMPLETE: TrialState.COMPLETE}.get(
                 t.status, TrialState.FAIL), (t.number, t.status, states)
-        # The trial the failure stopped, if it was written: interrupted, its config queued again.
-        stopped = [t for t in trials if t.status == TrialStatus.INTERRUPTED]
+        # The trial the failure stopped (interrupted in the store, or never written there)
+        # failed in Optuna with its config queued again.
+        status = {t.number: t.status for t in trials}
+        stopped = [n for n, state in states.items() if state == TrialState.FAIL
+                   and status.get(n, TrialStatus.INTERRUPTED) == TrialStatus.INTERRUPTED]
         assert len(stopped) <= 1
         assert list(states.values()).count(TrialState.WAITING) == len(stopped)
         with store.session() as s:  # the lease was released
@@ -144,7 +148,9 @@ def test_a_postgres_store_turned_read_only_stops_the_study_in_one_line(tmp_path:
                                  f"WHERE datname = '{name}' AND pid <> pg_backend_pid()")
         _, err = tune.communicate(timeout=120)
         assert tune.returncode != 0
-        assert "read-only transaction" in _one_line_error(err)
+        # The connection killed under a statement, or a new one refused the write.
+        line = _one_line_error(err)
+        assert "read-only transaction" in line or "connection" in line, line
         with admin.connect() as conn:
             conn.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = off")
             conn.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
