@@ -172,7 +172,9 @@ def failure_streak(store: TrialStore, study_id: int) -> int:
 
 
 class StudyReporter(Protocol):
-    """Progress callbacks (the CLI draws a progress bar from them)."""
+    """Progress callbacks (the CLI draws a progress bar from them). ``started`` gets the search
+    trials done and the search budget (advisor/budget.py); ``trial_finished`` the trials this
+    run has finished so far, every kind counted (search, paired repeats, gate skips)."""
 
     def preparing(self, message: str) -> None: ...
     def started(self, study: StudyRecord, done: int, total: int) -> None: ...
