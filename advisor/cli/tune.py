@@ -15,7 +15,6 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from scipy.stats import t as student_t
 
 from advisor.budget import REPEAT, SKIP, BudgetTally
 from advisor.cli.context import (
@@ -428,6 +427,8 @@ def _best_repeats(result: StudyResult) -> dict[str, Any] | None:
             and arm_of(t.details) == BEST and t.config_hash == result.best.config_hash]
     if len(same) < 2:
         return None
+    from scipy.stats import t as student_t  # late: scipy costs every `advisor tune` a second
+
     t_crit = float(student_t.ppf(0.5 + _LEVEL / 2, len(same) - 1))
     metrics: dict[str, Any] = {}
     for m in result.best.metrics:

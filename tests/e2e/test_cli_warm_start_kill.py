@@ -57,7 +57,7 @@ def test_a_kill_during_the_warm_start_leaves_it_to_the_resume(settings: Settings
     assert study.spec["warm_start"] == WARM_START_PENDING
     assert store.trials_of_study(study.id or 0) == []
 
-    resumed = subprocess.run([*args[:4], "tune", "--target", "scripted", "--name", "ws",
+    resumed = subprocess.run([*args[:3], "tune", "--target", "scripted", "--name", "ws",
                               "--resume", "--trial-timeout", "10"], env=env,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
