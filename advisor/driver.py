@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,10 +32,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
+from optuna.exceptions import StorageInternalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from advisor import __version__, pairing, recovery
 from advisor.answers.headroom import FRESH_BUILD
-from advisor.errors import AdvisorError, SearchSpaceError, StudyError, TrialTakenError
+from advisor.budget import SEARCH, BudgetTally
+from advisor.disk_reserve import DiskReserve
+from advisor.errors import (
+    AdvisorError,
+    SearchSpaceError,
+    StoreError,
+    StudyError,
+    TrialTakenError,
+)
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
 from advisor.failure_gate import FailureGate
 from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
@@ -52,6 +63,7 @@ from advisor.settings import Settings
 from advisor.study_spec import (
     CO_STUDIES_KEY,
     CO_WITH_KEY,
+    WARM_START_PENDING,
     CoMeasured,
     StoredStudy,
     StudySpec,
@@ -64,17 +76,19 @@ from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, Tr
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from knowledge.leases import StudyLease
 from knowledge.models import StudyStatus
-from knowledge.queries import best_feasible, best_feasible_of_study
+from knowledge.queries import best_feasible
 from knowledge.validity import invalid_reason, is_usable
 from objectives import SLO, Workload
 from objectives.hardware import fingerprint
 from objectives.registry import get_target
 from objectives.target import Target
+from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
-           "StudyDriver", "StudyReporter", "StudyResult", "StudySpec", "complete_enqueued",
-           "describe_optuna_study", "failure_streak", "optuna_storage", "tell_constraints"]
+           "StorageFailure", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec",
+           "complete_enqueued", "describe_optuna_study", "failure_streak", "is_storage_error",
+           "optuna_storage", "tell_constraints"]
 
 log = logging.getLogger(__name__)
 _DEFAULT_ROLE = "engine-default"
@@ -83,6 +97,33 @@ _ENQUEUED_ROLE = "enqueued"
 _SWEEP_BUDGET_SHARE = 0.5
 #: Times a shared-study worker asks again when the trial it was handed is another worker's.
 _CLAIM_ATTEMPTS = 20
+
+
+#: What a full disk or a broken store raises, through the store or through Optuna's storage.
+_STORAGE_ERRORS: tuple[type[BaseException], ...] = (
+    StoreError, SQLAlchemyError, optuna.exceptions.StorageInternalError)
+#: OS errors that mean the store's disk cannot take writes.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+class StorageFailure(StoreError):
+    """The store failed mid-study; the message says what was left and how to continue."""
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store (or its disk) failed, rather than a trial or a bug."""
+    return isinstance(exc, _STORAGE_ERRORS) or (
+        isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The cause of a storage error in one line (SQLAlchemy's messages carry the statement)."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None and isinstance(cause, StoreError | StorageInternalError):
+        cause = cause.__cause__
+    orig = getattr(cause, "orig", None)  # the driver's own error, without SQLAlchemy's framing
+    text = str(orig if orig is not None else cause).strip().splitlines()
+    return (text[0] if text else type(cause).__name__).removeprefix("trial store error: ")
 
 
 @dataclass
@@ -95,6 +136,8 @@ class StudyResult:
     default_trial: TrialRecord | None = None
     #: The results of the studies measured alongside this one.
     co_measured: list[StudyResult] = field(default_factory=list)
+    #: Its trials against its search budget: search trials, closing repeats, gate skips.
+    tally: BudgetTally | None = None
 
     def count(self, status: str) -> int:
         return sum(t.status == status for t in self.trials)
@@ -129,7 +172,9 @@ def failure_streak(store: TrialStore, study_id: int) -> int:
 
 
 class StudyReporter(Protocol):
-    """Progress callbacks (the CLI draws a progress bar from them)."""
+    """Progress callbacks (the CLI draws a progress bar from them). ``started`` gets the search
+    trials done and the search budget (advisor/budget.py); ``trial_finished`` the trials this
+    run has finished so far, every kind counted (search, paired repeats, gate skips)."""
 
     def preparing(self, message: str) -> None: ...
     def started(self, study: StudyRecord, done: int, total: int) -> None: ...
@@ -198,6 +243,12 @@ class StudyDriver:
         self.bridge = OptunaBridge(store.url)
         #: The knobs each trial of a study sweeps (its stored settings), by study name.
         self._swept: dict[str, tuple[str, ...]] = {}
+        #: The trial being run: asked of Optuna, and its store row once written (so a storage
+        #: error can leave it interrupted in both).
+        self._asked: tuple[optuna.Study, optuna.Trial] | None = None
+        self._running: TrialRecord | None = None
+        #: Space held beside a SQLite store, freed to close a study when its disk fills.
+        self._reserve = DiskReserve(store.url)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     # entry points ----------------------------------------------------------------------------
@@ -221,6 +272,7 @@ class StudyDriver:
         recovers or enqueues into a study that workers then :meth:`join` (a sweep cell) takes it
         around all of that. Raises :class:`StudyBusyError` naming the live holder."""
         with StudyLease(self.store, name, ttl_s=self.settings.study_lease_ttl_s) as held:
+            self._reserve.hold()
             self._leases.append(held)
             try:
                 yield held
@@ -262,8 +314,17 @@ class StudyDriver:
         # Fixed knobs are never swept; co-measured workloads and a sweep do not mix in a trial.
         sweepable = sorted(target.swept_knobs() - set(spec.fixed))
         swept = tuple(sweepable) if spec.search_sweep and not spec.co_measured else ()
-        spec = dataclasses.replace(spec, startup_trials=spec.startup_trials or STARTUP_TRIALS)
-        stored = StoredStudy(spec, swept, tuple(co.name for co in spec.co_measured))
+        # Every setting is resolved now and kept by the study: a resume runs on what it started
+        # with, whatever the environment's defaults are by then.
+        spec = dataclasses.replace(
+            spec, startup_trials=spec.startup_trials or STARTUP_TRIALS,
+            paired_repeats=(self.settings.paired_repeats if spec.paired_repeats is None
+                            else spec.paired_repeats))
+        # A warm start is pending from the study's creation until its configs are queued
+        # (advisor/warm_start.py): a process killed in between leaves it for the resume.
+        stored = StoredStudy(spec, swept, tuple(co.name for co in spec.co_measured),
+                             search_trials=spec.n_trials,
+                             warm_start=WARM_START_PENDING if spec.warm_start else None)
         study = self._create_study(stored, provenance)
         companions = []
         for co, facts in zip(spec.co_measured, co_provenance, strict=True):
@@ -308,31 +369,83 @@ class StudyDriver:
 
     def resume(self, name: str, n_trials: int | None = None, *,
                paired_repeats: int | None = None, failure_gate: bool | None = None,
-               failure_threshold: float | None = None) -> StudyResult:
+               failure_threshold: float | None = None,
+               on_opened: Callable[[StudyRecord], None] | None = None) -> StudyResult:
         """Continue the study ``name``: recover trials a killed driver left running, then run on
-        until ``n_trials`` (default: the study's own) trials have finished. ``paired_repeats``
-        as in :class:`StudySpec`; repeats already queued or measured are not queued again.
-        ``failure_gate`` / ``failure_threshold`` change the study's recorded gate settings from
-        here on (None: keep them)."""
+        until its search budget is spent (``n_trials`` search trials; None: the study's own) and
+        its closing paired repeats are measured (advisor/budget.py). ``paired_repeats``,
+        ``failure_gate`` and ``failure_threshold`` change the study's recorded settings from
+        here on (None: keep them). ``on_opened`` is called once the study is recovered, before
+        its first trial (a warm start left pending by a killed creation is queued there)."""
         with self.lease(name):
             spec, study, target, ostudy, companions = self._open(name, n_trials)
-            if paired_repeats is not None:
+            changes: dict[str, Any] = {}
+            provenance: dict[str, Any] = {}
+            if paired_repeats is not None and paired_repeats != spec.paired_repeats:
                 spec = dataclasses.replace(spec, paired_repeats=paired_repeats)
+                changes["paired_repeats"] = paired_repeats
             if failure_gate is not None or failure_threshold is not None:
                 spec = dataclasses.replace(
                     spec, failure_gate=spec.failure_gate if failure_gate is None
                     else failure_gate, failure_threshold=failure_threshold
                     if failure_threshold is not None else spec.failure_threshold)
-                gate = gate_settings(spec)
-                study = self.store.update_study_spec(study.id or 0, {_GATE_KEY: gate},
-                                                     provenance={_GATE_KEY: gate})
+                changes[_GATE_KEY] = provenance[_GATE_KEY] = gate_settings(spec)
+            if changes:
+                study = self.store.update_study_spec(study.id or 0, changes,
+                                                     provenance=provenance or None)
+            if on_opened is not None:
+                on_opened(study)
             return self._loop(spec, study, target, ostudy, companions)
 
     def recover(self, name: str, n_trials: int | None = None) -> StudyRecord:
         """Recover the study ``name`` after a killed driver or worker (what :meth:`resume` does
-        before its loop), optionally setting its trial budget; no trial is run. The caller holds
-        the study's :meth:`lease`."""
+        before its loop), optionally setting its search budget; no trial is run. The caller
+        holds the study's :meth:`lease`."""
         return self._open(name, n_trials)[1]
+
+    def reconcile(self, name: str) -> bool:
+        """Reconcile Optuna with the store for the idle study ``name`` whose process died (what
+        :meth:`resume` does first, without preparing its workload or running a trial): trials
+        Optuna still says are running are told, their configs re-queued when never measured,
+        their rows interrupted. Returns whether there was anything to reconcile; raises
+        :class:`StudyBusyError` when a live driver holds the study, :class:`StudyError` when a
+        trial of it still runs."""
+        study = self.store.get_study(name)
+        if study is None or study.status == StudyStatus.IMPORTED or (
+                not self.bridge.running_count(name)
+                and not self.store.count_trials(study.id or 0, [TrialStatus.RUNNING])):
+            return False
+        with self.lease(name):
+            stored = self._stored(study)
+            if stored.measured_with is not None:
+                return False  # reconciled with the study it is measured alongside
+            spec = stored.resume_spec()
+            ostudy = self._sampling_study(spec, study)
+            for co_study in [self.store.get_study(co) for co in stored.co_studies]:
+                if co_study is not None:
+                    co_spec = self._stored(co_study).resume_spec()
+                    recovery.recover_recording(self.store, self.bridge,
+                                               self.bridge.recording_study(co_spec), co_study)
+            recovery.recover_study(self.store, self.bridge, ostudy, study, spec.slo,
+                                   heartbeat_interval_s=self.settings.heartbeat_interval_s)
+            if study.status == StudyStatus.RUNNING:
+                self.store.set_study_status(study.id or 0, StudyStatus.INTERRUPTED)
+            return True
+
+    def search_budget(self, study: StudyRecord) -> int:
+        """The search budget of ``study`` (its settings' ``search_trials``; for a document
+        written before that was kept, its budget less the paired repeats it measured)."""
+        stored = StoredStudy.of(study) if study.spec is not None else None
+        if stored is not None and stored.search_trials is not None:
+            return stored.search_trials
+        trials = self.store.trials_of_study(study.id or 0, list(TrialStatus.FINISHED))
+        return max(1, study.n_trials - sum(pairing.is_paired(t) for t in trials))
+
+    def tally(self, study: StudyRecord) -> BudgetTally:
+        """How the study's finished trials count against its search budget."""
+        return BudgetTally.of(self.search_budget(study),
+                              self.store.trials_of_study(study.id or 0,
+                                                         list(TrialStatus.FINISHED)))
 
     def _open(self, name: str, n_trials: int | None
               ) -> tuple[StudySpec, StudyRecord, Target, optuna.Study, list[_Companion]]:
@@ -346,7 +459,7 @@ class StudyDriver:
         if (leader := stored.measured_with) is not None:
             raise StudyError(f"study {name!r} is measured alongside study {leader!r}; resume "
                              f"{leader!r} and both go on")
-        spec = stored.resume_spec(n_trials)
+        spec = stored.resume_spec()
         target = self._check_target(spec)
         self._prepare(target, spec.workload)
         companions = []
@@ -355,7 +468,7 @@ class StudyDriver:
             if co_study is None:
                 raise StudyError(f"study {name!r} is measured with study {co_name!r}, which is "
                                  "missing from this store")
-            co_spec = self._stored(co_study).resume_spec(n_trials)
+            co_spec = self._stored(co_study).resume_spec()
             self._prepare(target, co_spec.workload)
             companion = _Companion(co_spec, co_study, self.bridge.recording_study(co_spec))
             recovery.recover_recording(self.store, self.bridge, companion.ostudy, co_study)
@@ -365,11 +478,21 @@ class StudyDriver:
         ostudy = self._sampling_study(spec, study)
         recovery.recover_study(self.store, self.bridge, ostudy, study, spec.slo,
                                heartbeat_interval_s=self.settings.heartbeat_interval_s)
-        if n_trials is not None and n_trials != study.n_trials:
-            study = self._update_n_trials(study, n_trials)
-            companions = [dataclasses.replace(c, study=self._update_n_trials(c.study, n_trials))
-                          for c in companions]
-        return spec, study, target, ostudy, companions
+        if n_trials is not None and n_trials != self.search_budget(study):
+            study = self.store.update_study_spec(study.id or 0, {"search_trials": n_trials})
+        study = self._sync_budget(study, ostudy)
+        companions = [c if c.study.n_trials == study.n_trials else dataclasses.replace(
+            c, study=self._update_n_trials(c.study, study.n_trials)) for c in companions]
+        return dataclasses.replace(spec, n_trials=study.n_trials), study, target, ostudy, \
+            companions
+
+    def _sync_budget(self, study: StudyRecord, ostudy: optuna.Study) -> StudyRecord:
+        """Make the study's store budget (the column claims read) its search budget plus the
+        slots its repeats (measured and queued) and free skips take."""
+        tally = self.tally(study)
+        waiting = pairing.pending(self.bridge.waiting_attrs(ostudy))
+        total = tally.search_trials + tally.repeats_done + tally.skipped_free + waiting
+        return study if total == study.n_trials else self._update_n_trials(study, total)
 
     def join(self, name: str, *, worker: int = 0, max_consecutive_failures: int | None = None
              ) -> JoinResult:
@@ -399,6 +522,8 @@ class StudyDriver:
             rec = self._run_one(spec, study, target, space, ostudy, [], budget=study.n_trials)
             if rec is None:
                 return JoinResult(ran, "budget")
+            if rec.error_type == PREDICTED_FAILURE:  # a free skip adds its slot back
+                study = self._sync_budget(study, ostudy)
             ran += 1
             self.reporter.trial_finished(rec, ran, None)
 
@@ -439,6 +564,16 @@ class StudyDriver:
         return (self._update_n_trials(study, study.n_trials + len(checked)) if extend_budget
                 else study)
 
+    def held_configs(self, name: str) -> set[str]:
+        """The configs study ``name`` holds, queued or tried (canonical JSON), so a late queue
+        (a warm start finished on resume) adds none twice."""
+        study = self.store.get_study(name)
+        if study is None:
+            raise StudyError(f"no study named {name!r}")
+        ostudy = self._sampling_study(self._stored(study).resume_spec(), study)
+        return ({canonical_json(t.config) for t in self.store.trials_of_study(study.id or 0)}
+                | {canonical_json(c) for c in self.bridge.waiting_configs(ostudy)})
+
     # setup -----------------------------------------------------------------------------------
 
     def _check_target(self, spec: StudySpec) -> Target:
@@ -473,35 +608,46 @@ class StudyDriver:
 
     def _loop(self, spec: StudySpec, study: StudyRecord, target: Target,
               ostudy: optuna.Study, companions: list[_Companion]) -> StudyResult:
+        """Run search trials until the search budget is spent (gate skips free up to their
+        share, advisor/budget.py), then the closing paired repeats; the store budget follows."""
         space = target.space()
-        finished = list(TrialStatus.FINISHED)
-        done = self.store.count_trials(study.id or 0, finished)
-        best = best_feasible_of_study(self.store, study)
-        self.reporter.started(study, done, spec.n_trials)
+        tally = self.tally(study)
+        done = tally.slots_used
+        best = best_feasible(self.store.trials_of_study(study.id or 0, [TrialStatus.COMPLETE]),
+                             spec.objective.direction, exclude=pairing.is_paired)
+        self.reporter.started(study, tally.search_done, tally.search_trials)
         studies = [study, *(c.study for c in companions)]
         for one in studies:
             self.store.set_study_status(one.id or 0, StudyStatus.RUNNING)
         try:
             while True:
-                while done < spec.n_trials:
+                while (tally.search_done < tally.search_trials
+                       or pairing.pending(self.bridge.waiting_attrs(ostudy))):
                     self._check_leases()
                     rec = self._run_one(spec, study, target, space, ostudy, companions)
                     assert rec is not None  # no budget claim: always runs
                     done += 1
-                    best = best_feasible([*([best] if best else []), rec],
-                                         spec.objective.direction)
+                    if tally.add(rec) == SEARCH:
+                        best = best_feasible([*([best] if best else []), rec],
+                                             spec.objective.direction)
+                    study = self._sync_budget(study, ostudy)
                     self.reporter.trial_finished(rec, done, best)
                 # The search is over: re-measure its best beside the default (once per block).
                 study = self._queue_paired(spec, study, target, ostudy, done)
-                if done >= study.n_trials:
+                if not pairing.pending(self.bridge.waiting_attrs(ostudy)):
                     break
-                spec = dataclasses.replace(spec, n_trials=study.n_trials)
-                companions = [dataclasses.replace(c, study=self._update_n_trials(
-                    c.study, study.n_trials)) for c in companions]
+            for c in companions:
+                if c.study.n_trials != study.n_trials:
+                    self._update_n_trials(c.study, study.n_trials)
             self._store_paired(study, companions)
-        except BaseException:
+        except BaseException as exc:
             for one in studies:
-                self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
+                # A store that just failed may refuse this too: the error that stopped the
+                # study is the one to report (a resume repairs the status).
+                with contextlib.suppress(*_STORAGE_ERRORS):
+                    self.store.set_study_status(one.id or 0, StudyStatus.INTERRUPTED)
+            if is_storage_error(exc) and not isinstance(exc, StorageFailure):
+                raise self._storage_failed(spec, study, exc) from exc
             raise
         for one in studies:
             self.store.set_study_status(one.id or 0, StudyStatus.FINISHED)
@@ -547,10 +693,7 @@ class StudyDriver:
                 self.reporter.preparing(
                     f"re-measuring the best config (trial #{best.number}) and the engine "
                     f"default {repeats}x each, interleaved, for a paired comparison")
-        waiting = pairing.pending(self.bridge.waiting_attrs(ostudy))
-        if done + waiting > study.n_trials:
-            study = self._update_n_trials(study, done + waiting)
-        return study
+        return self._sync_budget(study, ostudy)
 
     def _store_paired(self, study: StudyRecord, companions: Sequence[_Companion]) -> None:
         """Store the best-vs-default comparison of the study's latest block, and of each
@@ -578,6 +721,12 @@ class StudyDriver:
                 # Another worker was handed the same queued trial and runs it: leave the
                 # Optuna trial to it and ask for another.
                 log.info("%s; asking for another", exc)
+            except Exception as exc:
+                if not is_storage_error(exc) or isinstance(exc, StorageFailure):
+                    raise
+                raise self._storage_failed(spec, study, exc) from exc
+            finally:
+                self._asked = self._running = None
         raise StudyError(f"{_CLAIM_ATTEMPTS} trials in a row were claimed by other workers "
                          f"of study {spec.name!r} before this one could claim them")
 
@@ -585,6 +734,7 @@ class StudyDriver:
                      ostudy: optuna.Study, companions: list[_Companion], budget: int | None
                      ) -> TrialRecord | None:
         otrial = ostudy.ask()
+        self._asked, self._running = (ostudy, otrial), None
         # A repeat (a paired comparison's round) measures exactly its config, never a sweep.
         repeat = otrial.user_attrs.get(pairing.BLOCK_ATTR) is not None
         swept = (frozenset(self._swept.get(spec.name, ()))
@@ -611,9 +761,9 @@ class StudyDriver:
             target=spec.target, config=config, workload=spec.workload, hardware=hw,
             details=details)
         if budget is None:
-            rec = self.store.start_trial(record)
+            rec = self._running = self.store.start_trial(record)
         elif (claimed := self.store.claim_trial(record, budget)) is not None:
-            rec = claimed
+            rec = self._running = claimed
         else:
             # Another worker took the last slot between our count and our claim: hand a queued
             # config back to the queue so it is not lost, and close the asked trial.
@@ -649,6 +799,48 @@ class StudyDriver:
             self._record_co_measured(companion, space, dict(otrial.params), config, hw,
                                      _with_slo(target, co_outcome, spec.slo), co_details)
         return stored
+
+    def _storage_failed(self, spec: StudySpec, study: StudyRecord, exc: BaseException
+                        ) -> StorageFailure:
+        """The store failed mid-trial (a full disk, a lost connection): leave the trial being
+        run interrupted in the store and failed in Optuna with its config queued again, as far
+        as the store still takes writes (what it refuses, ``--resume`` repairs: recovery.py),
+        and return the one-line error to stop the study with. Finished trials are untouched."""
+        why = _first_line(exc)
+        # A full disk refuses the writes below too: give back the space held for them.
+        self._reserve.release()
+        rec, asked = self._running, self._asked
+        number = rec.number if rec is not None else asked[1].number if asked else None
+        log.info("study %s: storage error during trial %s: %s", spec.name, number, why)
+        stored = None
+        if rec is not None:
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                stored = self.store.get_trial(rec.id or 0)
+                if stored is not None and stored.status == TrialStatus.RUNNING:
+                    stored = recovery.interrupt(self.store, rec, f"the store failed: {why}")
+        if asked is not None:
+            ostudy, otrial = asked
+            with contextlib.suppress(*_STORAGE_ERRORS):
+                if self.bridge.is_finished(otrial._trial_id):
+                    pass
+                elif stored is not None and stored.status in TrialStatus.FINISHED:
+                    # Stored, not told yet: Optuna hears what the store holds.
+                    self.bridge.tell_stored(ostudy, otrial._trial_id, otrial.number, spec.slo,
+                                            stored)
+                else:
+                    # Queued again before it is told: a failure in between loses no config.
+                    self.bridge.requeue(ostudy, otrial.params, otrial.user_attrs,
+                                        from_number=otrial.number)
+                    self.bridge.tell_failed(ostudy, otrial)
+        kept = stored is not None and stored.status in TrialStatus.FINISHED
+        if kept:
+            number = None  # the trial it stopped at is stored as it finished
+        where = f" during trial #{number}" if number is not None else ""
+        left = "with that trial interrupted and " if number is not None else "with "
+        return StorageFailure(f"the trial store failed{where} ({why}); study {spec.name!r} stopped "
+                              f"{left}every finished trial kept. Once the store takes writes "
+                              "again (free disk space, check the database), continue with: "
+                              f"advisor tune --target {spec.target} --name {spec.name} --resume")
 
     def _gate(self, spec: StudySpec, target: Target, hardware_key: str) -> FailureGate:
         """The study's failure gate (built once per study and driver); says once, and again
@@ -849,8 +1041,10 @@ class StudyDriver:
         default = next((t for t in trials if t.details.get("role") == _DEFAULT_ROLE
                         and t.status == TrialStatus.COMPLETE), None)
         co = [self.result(n) for n in co_studies_of(study) if self.store.get_study(n) is not None]
-        return StudyResult(study, trials, best_feasible(trials, study.objective_direction),
-                           default, co)
+        # The best is a search trial's: the closing repeats re-measure it, they do not compete.
+        best = best_feasible(trials, study.objective_direction, exclude=pairing.is_paired)
+        tally = BudgetTally.of(self.search_budget(study), trials)
+        return StudyResult(study, trials, best, default, co, tally)
 
 
 def _with_slo(target: Target, outcome: TrialOutcome, slo: SLO) -> TrialOutcome:

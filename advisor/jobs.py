@@ -24,7 +24,7 @@ from advisor.errors import AdvisorError, StoreError
 from advisor.objective import Objective
 from advisor.settings import Settings
 from advisor.study_request import Door, StudyPlan, StudyRequest
-from advisor.warm_start import warm_start_hook
+from advisor.warm_start import pending_warm_start, warm_start_hook
 from knowledge import StudyRecord, TrialRecord, TrialStore
 from knowledge.jobs import JobStore
 from knowledge.models import JobStatus
@@ -44,7 +44,10 @@ class JobCancelled(KeyboardInterrupt):
 
 #: How the REST API spells a study request's fields in the errors :func:`plan_study` raises.
 API_DOOR = Door(resume="`resume`", name="`name`", continue_hint="send resume=true to continue it",
-                enqueue="`enqueue`", startup_trials="`startup_trials`", also_rate="`also_rate`")
+                enqueue="`enqueue`", startup_trials="`startup_trials`", also_rate="`also_rate`",
+                trials="`trials`", sampler="`sampler`", seed="`seed`",
+                search_sweep="`search_sweep`", paired_repeats="`paired_repeats`",
+                failure_gate="`failure_gate`", failure_threshold="`failure_threshold`")
 
 
 def job_request(plan: StudyPlan, request: StudyRequest) -> dict[str, Any]:
@@ -74,7 +77,9 @@ def spec_from_job_request(request: Mapping[str, Any]) -> tuple[StudySpec, bool]:
         enqueued=tuple(dict(c) for c in request.get("enqueue") or ()),
         paired_repeats=request.get("paired_repeats"),
         # Requests stored before `search_sweep` existed get the API's default.
-        search_sweep=bool(request.get("search_sweep", False)))
+        search_sweep=bool(request.get("search_sweep", False)),
+        # Requests stored before `warm_start` existed get the API's default.
+        warm_start=bool(request.get("warm_start", True)))
     return spec, bool(request.get("resume"))
 
 
@@ -140,11 +145,12 @@ def run_job(uid: str, settings: Settings) -> int:
         spec, resume = spec_from_job_request(job.request)
         driver = StudyDriver(store, settings, _JobReporter(jobs, uid))
         if resume and store.get_study(spec.name) is not None:
-            driver.resume(spec.name, spec.n_trials, paired_repeats=spec.paired_repeats)
+            # The planned budget and repeats: the study's own unless the request changed them.
+            driver.resume(spec.name, spec.n_trials, paired_repeats=spec.paired_repeats,
+                          on_opened=pending_warm_start(driver))
         else:
-            # Requests stored before `warm_start` existed get the API's default.
-            warm = job.request.get("warm_start", True)
-            driver.run(spec, on_created=warm_start_hook(driver, spec) if warm else None)
+            driver.run(spec, on_created=warm_start_hook(driver, spec)
+                       if spec.warm_start else None)
         status = JobStatus.SUCCEEDED
     except KeyboardInterrupt:  # JobCancelled included
         if jobs.get(uid).cancel_requested:

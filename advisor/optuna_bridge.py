@@ -148,6 +148,16 @@ class OptunaBridge:
             return dict(optuna.load_study(study_name=name, storage=self.storage).user_attrs)
         return None
 
+    def running_count(self, name: str) -> int:
+        """How many trials of the Optuna study ``name`` are running (asked, never told); 0 when
+        it does not exist. Reads the storage without building a study or its sampler."""
+        try:
+            study_id = self.storage.get_study_id_from_name(name)
+        except KeyError:
+            return 0
+        return len(self.storage.get_all_trials(study_id, deepcopy=False,
+                                               states=(TrialState.RUNNING,)))
+
     def sampling_study(self, spec: StudySpec, *, seed_offset: int) -> optuna.Study:
         """The Optuna study that samples ``spec``'s configs (created, or loaded on resume): the
         spec's sampler seeded with ``seed + seed_offset`` (so a resume does not replay its
@@ -213,6 +223,12 @@ class OptunaBridge:
         """The user attributes of every queued, not yet asked trial."""
         return [t.user_attrs for t in ostudy.get_trials(deepcopy=False,
                                                          states=(TrialState.WAITING,))]
+
+    @staticmethod
+    def waiting_configs(ostudy: optuna.Study) -> list[dict[str, Any]]:
+        """The configs of every queued, not yet asked trial."""
+        return [dict(t.system_attrs.get("fixed_params", {}))
+                for t in ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
 
     # tells -----------------------------------------------------------------------------------
 

@@ -85,7 +85,9 @@ def recover_study(store: TrialStore, bridge: OptunaBridge, ostudy: optuna.Study,
                                  rec.objective_value)  # type: ignore[arg-type]
             continue
         bridge.tell_failed(ostudy, frozen.number)
-        if rec is None or rec.status == TrialStatus.RUNNING:
+        # Never measured: its config runs again (a row a dead job's worker already marked
+        # interrupted included, leave_consistent).
+        if rec is None or rec.status in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED):
             bridge.requeue(ostudy, frozen.params, frozen.user_attrs, from_number=frozen.number)
         if rec is not None and rec.status == TrialStatus.RUNNING:
             interrupt(store, rec, f"the driver (pid {rec.pid} on {rec.host}) died while this "

@@ -10,18 +10,22 @@ for with the same settings. A rule changed here changes for every door at once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.driver import CoMeasured, StudySpec, complete_enqueued
 from advisor.errors import SearchSpaceError, StudyError, did_you_mean
-from advisor.inputs import check_study_name, requested_slo
+from advisor.inputs import check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
 from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
+from advisor.study_spec import StoredStudy
 from knowledge import StudyRecord, TrialStore
+from knowledge.failures import DEFAULT_THRESHOLD
 from objectives import SLO
 from objectives.llm.workload import KIND as LLM_KIND
 from objectives.llm.workload import at_rate
@@ -30,8 +34,12 @@ from objectives.target import Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace
 
-__all__ = ["DEFAULT_SAMPLER", "Door", "StudyPlan", "StudyRequest", "check_sampler",
-           "default_study_name", "plan_study", "resolve_objective", "resolve_slo"]
+__all__ = ["DEFAULT_SAMPLER", "DEFAULT_TRIALS", "Door", "StudyPlan", "StudyRequest",
+           "check_sampler", "default_study_name", "plan_study", "resolve_objective",
+           "resolve_slo", "suggested_tune_command"]
+
+#: Search trials of a new study when none are asked for.
+DEFAULT_TRIALS = 30
 
 #: Store key of the studies measured alongside a study (``--also-rate``), as the driver keeps it.
 _CO_STUDIES = "co_measured_studies"
@@ -48,6 +56,13 @@ class Door:
     enqueue: str = "enqueue"
     startup_trials: str = "startup_trials"
     also_rate: str = "also_rate"
+    trials: str = "trials"
+    sampler: str = "sampler"
+    seed: str = "seed"
+    search_sweep: str = "search_sweep"
+    paired_repeats: str = "paired_repeats"
+    failure_gate: str = "failure_gate"
+    failure_threshold: str = "failure_threshold"
 
 
 @dataclass(frozen=True)
@@ -63,15 +78,19 @@ class StudyRequest:
     workload_params: Mapping[str, Any] = field(default_factory=dict)
     #: The request came over the network: presets only, overrides checked against the preset.
     from_client: bool = False
-    trials: int = 30
-    sampler: str = DEFAULT_SAMPLER
+    #: Search trials (None: :data:`DEFAULT_TRIALS` for a new study; a resume keeps its own).
+    trials: int | None = None
+    #: None: :data:`DEFAULT_SAMPLER` for a new study; a resume keeps its own (so for ``seed``,
+    #: ``search_sweep`` and ``paired_repeats``: a value given on resume must match, or for the
+    #: budget, the repeats and the gate, is an explicit change).
+    sampler: str | None = None
     seed: int | None = None
     startup_trials: int | None = None
     include_default: bool = True
     fixed: Mapping[str, Any] = field(default_factory=dict)
     enqueued: tuple[Mapping[str, Any], ...] = ()
     paired_repeats: int | None = None
-    search_sweep: bool = False
+    search_sweep: bool | None = None
     #: None: on for a new study; a resumed study keeps what it recorded.
     failure_gate: bool | None = None
     failure_threshold: float | None = None
@@ -95,6 +114,10 @@ class StudyPlan:
     warm_start: bool
     #: The stored study a resume continues.
     stored: StudyRecord | None = None
+    #: A resume's explicit changes to the stored settings, one line each (a larger budget...).
+    changes: tuple[str, ...] = ()
+    #: A resume's new search budget (None: the study keeps its own).
+    search_trials: int | None = None
 
 
 def check_sampler(name: str) -> str:
@@ -140,29 +163,89 @@ def plan_study(request: StudyRequest, store: TrialStore | None = None) -> StudyP
     objective = resolve_objective(target, request.objective or None)
     wl = _workload(target, request)
     fixed = _check_fixed(target.space(), request.fixed)
-    sampler = check_sampler(request.sampler)
+    sampler = check_sampler(request.sampler or DEFAULT_SAMPLER)
     name = request.name or default_study_name(request.target, wl, str(slo), str(objective))
     co_measured = _co_measured(request, name, wl)
     stored = store.get_study(name) if store is not None else None
     if request.name and request.user_named and (store is None or stored is None):
         check_study_name(request.name)  # a new study's name: a plain word
+    changes: tuple[str, ...] = ()
+    search_trials: int | None = None
     if stored is not None and request.resume:
         _check_resume(request, stored, slo, objective, wl, co_measured)
+        kept = StoredStudy.of(stored)
+        changes, search_trials = _resume_changes(request, kept)
     elif stored is not None:
         n = len(store.trials_of_study(stored.id or 0)) if store is not None else 0
         raise StudyError(f"a study named {name!r} already exists ({n} trials); "
                          f"{request.door.continue_hint}, or choose another {request.door.name}")
     enqueued = complete_enqueued(target.space(), fixed, request.enqueued)
-    spec = StudySpec(
-        name=name, target=request.target, slo=slo, objective=objective, workload=wl,
-        n_trials=request.trials, sampler=sampler, seed=request.seed,
-        startup_trials=request.startup_trials, include_default=request.include_default,
-        co_measured=co_measured, fixed=fixed, enqueued=tuple(enqueued),
-        paired_repeats=request.paired_repeats, search_sweep=request.search_sweep,
-        failure_gate=True if request.failure_gate is None else request.failure_gate,
-        failure_threshold=request.failure_threshold)
+    if stored is not None:  # a resume runs on the stored settings, with the changes asked for
+        kept = StoredStudy.of(stored)
+        base = kept.spec
+        spec = dataclasses.replace(
+            base, n_trials=search_trials or _search_of(kept), co_measured=co_measured,
+            include_default=False, enqueued=(),
+            paired_repeats=_given(request.paired_repeats, base.paired_repeats),
+            failure_gate=_given(request.failure_gate, base.failure_gate),
+            failure_threshold=_given(request.failure_threshold, base.failure_threshold))
+    else:
+        spec = StudySpec(
+            name=name, target=request.target, slo=slo, objective=objective, workload=wl,
+            n_trials=request.trials or DEFAULT_TRIALS, sampler=sampler, seed=request.seed,
+            startup_trials=request.startup_trials, include_default=request.include_default,
+            co_measured=co_measured, fixed=fixed, enqueued=tuple(enqueued),
+            paired_repeats=request.paired_repeats, search_sweep=bool(request.search_sweep),
+            failure_gate=True if request.failure_gate is None else request.failure_gate,
+            failure_threshold=request.failure_threshold, warm_start=request.warm_start)
     return StudyPlan(spec, resume=stored is not None, warm_start=request.warm_start,
-                     stored=stored)
+                     stored=stored, changes=changes, search_trials=search_trials)
+
+
+def _given(value: Any, stored: Any) -> Any:
+    return stored if value is None else value
+
+
+def _search_of(kept: StoredStudy) -> int:
+    return kept.search_trials if kept.search_trials is not None else kept.spec.n_trials
+
+
+def _resume_changes(request: StudyRequest, kept: StoredStudy
+                    ) -> tuple[tuple[str, ...], int | None]:
+    """A resume's options against the stored settings: the search budget, the paired repeats
+    and the failure gate may change (each said in one line); the sampler, its seed and the
+    search sweep define the search, and a value that differs is refused."""
+    door, spec, name = request.door, kept.spec, kept.spec.name
+    refused = []
+    if request.sampler is not None and request.sampler != spec.sampler:
+        refused.append(f"{door.sampler} {spec.sampler!r} != {request.sampler!r}")
+    if request.seed is not None and request.seed != spec.seed:
+        refused.append(f"{door.seed} {spec.seed!r} != {request.seed!r}")
+    if request.search_sweep is not None and request.search_sweep != spec.search_sweep:
+        refused.append(f"{door.search_sweep} {spec.search_sweep} != {request.search_sweep}")
+    if refused:
+        raise StudyError(f"{door.resume} of study {name!r} with different settings: "
+                         f"{'; '.join(refused)}. Resume without them to continue it as it "
+                         f"was started, or start a new study with another {door.name}")
+    changes = []
+    search = _search_of(kept)
+    new_search = None
+    if request.trials is not None and request.trials != search:
+        new_search = request.trials
+        changes.append(f"study {name!r}: search budget {search} -> {request.trials} trials "
+                       f"({door.trials})")
+    if request.paired_repeats is not None and request.paired_repeats != spec.paired_repeats:
+        changes.append(f"study {name!r}: paired repeats {spec.paired_repeats} -> "
+                       f"{request.paired_repeats} ({door.paired_repeats})")
+    if request.failure_gate is not None and request.failure_gate != spec.failure_gate:
+        changes.append(f"study {name!r}: failure gate "
+                       f"{'on -> off' if spec.failure_gate else 'off -> on'} "
+                       f"({door.failure_gate})")
+    threshold = spec.failure_threshold or DEFAULT_THRESHOLD
+    if request.failure_threshold is not None and request.failure_threshold != threshold:
+        changes.append(f"study {name!r}: failure threshold {threshold:g} -> "
+                       f"{request.failure_threshold:g} ({door.failure_threshold})")
+    return tuple(changes), new_search
 
 
 def _workload(target: Target, request: StudyRequest) -> Workload:
@@ -239,3 +322,58 @@ def _check_resume(request: StudyRequest, stored: StudyRecord, slo: SLO, objectiv
         flag = door.enqueue if request.enqueued else door.startup_trials
         raise StudyError(f"{flag} applies when a study starts; study {stored.name!r} exists "
                          f"(start a new one with another {door.name})")
+
+
+def suggested_tune_command(target: str, *, slo: str | None = None,
+                           objective: str | None = None, model: str | None = None,
+                           workload: str | None = None,
+                           workload_params: Mapping[str, Any] | None = None,
+                           trials: int | None = None) -> str:
+    """An ``advisor tune`` command line that `tune` accepts, for ``target`` under ``slo``
+    optimising ``objective`` (None: the target's defaults, left off the line), serving
+    ``model`` (LLM targets), at the preset ``workload`` with ``workload_params`` overridden.
+
+    The line is built from the options and then read back the way `tune` reads them (each
+    ``--workload-param`` VALUE as YAML, ``--model`` as the workload's ``model``) and planned
+    by :func:`plan_study`, which runs the target's own workload checks; whatever `tune` would
+    refuse (an unknown or mistyped parameter, a dataset larger than its corpus) raises the
+    :class:`~advisor.errors.AdvisorError` `tune` would print, so no suggestion is refused when
+    pasted."""
+    import shlex
+
+    import yaml
+
+    from advisor.errors import WorkloadError
+    from advisor.presets import check_model
+
+    args = ["advisor", "tune", "--target", target]
+    for flag, value in (("--slo", slo), ("--objective", objective), ("--model", model),
+                        ("--workload", workload)):
+        if value is not None:
+            args += [flag, str(value)]
+    params: dict[str, Any] = dict(workload_params or {})
+    if "model" in params:
+        raise WorkloadError("give the model as `model`, not as a workload parameter")
+    for key, value in params.items():
+        # Plain where YAML reads the text back as the same value, else as JSON (YAML reads it).
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if yaml.safe_load(text) != value or isinstance(yaml.safe_load(text), str) != isinstance(
+                value, str):
+            text = json.dumps(value)
+        args += ["--workload-param", f"{key}={text}"]
+    if trials is not None:
+        args += ["--trials", str(trials)]
+    # Read back as `advisor tune` reads its options, then planned as it plans them.
+    read: dict[str, Any] = {}
+    values = iter(args)
+    for arg in values:
+        if arg == "--workload-param":
+            key, _, text = next(values).partition("=")
+            read[key] = check_numbers(yaml.safe_load(text), f"--workload-param {key}")
+    if model is not None:
+        check_model(model)
+        read["model"] = model
+    plan = plan_study(StudyRequest(target=target, slo=slo, objective=objective,
+                                   workload=workload, workload_params=read, trials=trials))
+    get_target(target).check_workload(plan.spec.workload)
+    return shlex.join(args)

@@ -29,7 +29,8 @@ from knowledge.failures import DEFAULT_THRESHOLD
 from objectives import SLO, Workload, parse_slo
 
 __all__ = ["CO_STUDIES_KEY", "CO_WITH_KEY", "FIXED_ATTR", "SPEC_VERSION", "STARTUP_ATTR",
-           "SWEPT_ATTR", "CoMeasured", "StoredStudy", "StudySpec", "co_studies_of",
+           "SWEPT_ATTR", "WARM_START_PENDING", "WARM_START_QUEUED", "CoMeasured", "StoredStudy",
+           "StudySpec", "co_studies_of",
            "gate_settings"]
 
 #: Version of the settings document's layout (bumped when a key changes meaning).
@@ -41,6 +42,8 @@ CO_STUDIES_KEY, CO_WITH_KEY = "co_measured_studies", "co_measured_with"
 FIXED_ATTR = "advisor_fixed"
 #: Optuna study attribute: the random start-up length of the study's model-based sampler.
 STARTUP_ATTR = "advisor_startup_trials"
+#: ``warm_start`` of a study whose warm-start configs are not queued yet / are queued.
+WARM_START_PENDING, WARM_START_QUEUED = "pending", "queued"
 #: Optuna study attribute: the knobs each trial sweeps (absent or empty: none, all sampled).
 SWEPT_ATTR = "advisor_search_sweep"
 
@@ -88,6 +91,9 @@ class StudySpec:
     #: it is stored failed (``predicted_failure``) with the reason. Queued configs always run.
     failure_gate: bool = True
     failure_threshold: float | None = None
+    #: Queue a warm start (advisor/warm_start.py) after the default and enqueued configs; the
+    #: study records it pending until it is queued, so a killed creation leaves it to the resume.
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         if self.failure_threshold is not None:
@@ -139,6 +145,13 @@ class StoredStudy:
     co_studies: tuple[str, ...] = ()
     #: The study whose trials measure this one (a co-measured study), else None.
     measured_with: str | None = None
+    #: The search budget asked for (``advisor tune --trials``): search trials only, the
+    #: closing paired repeats and free gate skips apart (advisor/budget.py). None: a document
+    #: written before it was kept, whose budget is ``spec.n_trials`` less its repeats.
+    search_trials: int | None = None
+    #: The study's warm start (advisor/warm_start.py): ``pending`` from its creation until its
+    #: configs are queued (a resume queues them then), ``queued`` after, None when not asked for.
+    warm_start: str | None = None
 
     def to_document(self) -> dict[str, Any]:
         """The JSON document stored as ``StudyRecord.spec``."""
@@ -154,6 +167,9 @@ class StoredStudy:
             "enqueued": [dict(c) for c in s.enqueued], "paired_repeats": s.paired_repeats,
             "search_sweep": s.search_sweep, "swept": list(self.swept),
             "failure_gate": gate_settings(s),
+            "search_trials": self.search_trials if self.search_trials is not None
+            else s.n_trials,
+            "warm_start": self.warm_start,
         }
 
     @classmethod
@@ -171,7 +187,9 @@ class StoredStudy:
             fixed=dict(doc["fixed"]), enqueued=tuple(dict(c) for c in doc["enqueued"]),
             paired_repeats=doc["paired_repeats"], search_sweep=bool(doc["search_sweep"]),
             failure_gate=bool(gate["enabled"]), failure_threshold=gate["threshold"])
-        return cls(spec, tuple(doc["swept"]), tuple(doc["co_measured"]), doc["measured_with"])
+        search = doc.get("search_trials")
+        return cls(spec, tuple(doc["swept"]), tuple(doc["co_measured"]), doc["measured_with"],
+                   None if search is None else int(search), doc.get("warm_start"))
 
     @classmethod
     def of(cls, study: StudyRecord, optuna_attrs: Mapping[str, Any] | None = None
@@ -200,9 +218,9 @@ class StoredStudy:
     def resume_spec(self, n_trials: int | None = None) -> StudySpec:
         """The spec a resume runs on: the stored one with ``n_trials`` (None: the stored budget)
         and none of the one-time requests of a start (the engine default and enqueued configs
-        were queued then; a paired re-measurement is asked for again or left to the settings)."""
+        were queued then). Its paired repeats are the study's own, as every setting is."""
         return replace(self.spec, n_trials=self.spec.n_trials if n_trials is None else n_trials,
-                       include_default=False, enqueued=(), paired_repeats=None)
+                       include_default=False, enqueued=())
 
 
 def co_studies_of(study: StudyRecord) -> tuple[str, ...]:

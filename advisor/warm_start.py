@@ -17,6 +17,7 @@ enqueued or sampled), so the sampler models the known good region sooner.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +29,7 @@ from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_ag
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from advisor.settings import Settings
+from advisor.study_spec import WARM_START_PENDING, WARM_START_QUEUED, StoredStudy
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.surrogates import workload_features
@@ -46,6 +48,7 @@ __all__ = [
     "best_measured",
     "fitted_models",
     "knowledge_configs",
+    "pending_warm_start",
     "queue_warm_start",
     "study_warm_start",
     "summary_line",
@@ -275,12 +278,44 @@ def warm_start_hook(driver: StudyDriver, spec: StudySpec, *, hardware_key: str |
     """The ``on_created`` callback of ``driver.run(spec)`` that warm-starts the new study: right
     after its engine default and enqueued configs, it queues :func:`study_warm_start`'s configs
     and says in one line how many, and from where (``say``: the driver reporter's
-    ``preparing`` unless given). A resumed study never runs it."""
+    ``preparing`` unless given). The study records the warm start pending from its creation
+    (``spec.warm_start``) and queued once this returns, so a process killed in between (the
+    model fit can take minutes) leaves it to :func:`pending_warm_start` on resume."""
     tell = say or driver.reporter.preparing
 
     def on_created(study: StudyRecord) -> None:
-        found = study_warm_start(driver.store, driver.settings, spec,
-                                 hardware_key=hardware_key, say=tell)
-        tell(summary_line(queue_warm_start(driver, study.name, found, say=tell)))
+        _queue_pending(driver, study, spec, hardware_key=hardware_key, say=tell)
 
     return on_created
+
+
+def pending_warm_start(driver: StudyDriver, *, hardware_key: str | None = None,
+                       say: Callable[[str], None] | None = None
+                       ) -> Callable[[StudyRecord], None]:
+    """The ``on_opened`` callback of ``driver.resume``: a study whose creation was killed
+    before its warm start was queued gets it now (configs it already holds are not queued
+    twice); any other study is left as it is."""
+    tell = say or driver.reporter.preparing
+
+    def on_opened(study: StudyRecord) -> None:
+        if (study.spec or {}).get("warm_start") != WARM_START_PENDING:
+            return
+        stored = StoredStudy.of(study)
+        spec = dataclasses.replace(stored.spec, n_trials=driver.search_budget(study))
+        tell("warm start: the study's creation was stopped before its warm start was queued; "
+             "queueing it now")
+        _queue_pending(driver, study, spec, hardware_key=hardware_key, say=tell)
+
+    return on_opened
+
+
+def _queue_pending(driver: StudyDriver, study: StudyRecord, spec: StudySpec, *,
+                   hardware_key: str | None, say: Callable[[str], None]) -> None:
+    """Find and queue the warm start of ``study`` (skipping configs it already holds, queued
+    or measured), then record it queued."""
+    found = study_warm_start(driver.store, driver.settings, spec, hardware_key=hardware_key,
+                             say=say)
+    held = driver.held_configs(study.name)
+    found = [item for item in found if canonical_json(item.config) not in held]
+    say(summary_line(queue_warm_start(driver, study.name, found, say=say)))
+    driver.store.update_study_spec(study.id or 0, {"warm_start": WARM_START_QUEUED})

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 
 from advisor import recovery
-from advisor.errors import StoreError
+from advisor.errors import AdvisorError, StoreError
 from advisor.settings import Settings
 from knowledge import TrialStore
 from knowledge.jobs import JobStore
-from knowledge.models import JobRecord, JobStatus
+from knowledge.models import JobRecord, JobStatus, StudyStatus
 from objectives.processes import die_with_parent, kill_process_group
 
 __all__ = ["Worker", "WorkerSupervisor"]
@@ -79,6 +79,33 @@ class Worker:
         recovery.leave_consistent(self.store, study_name, owned=recovery.died_here,
                                   reason="the job running this trial died with its worker",
                                   only_when_idle=True)
+        self._reconcile([study_name])
+
+    def _reconcile(self, names: list[str]) -> list[str]:
+        from advisor.driver import StudyDriver  # the worker's polling loop needs no optuna
+
+        driver = StudyDriver(self.store, self.settings)
+        done = []
+        for name in names:
+            try:
+                if driver.reconcile(name):
+                    done.append(name)
+            except AdvisorError as exc:  # held by a live driver, or a trial still runs
+                log.info("study %s not reconciled: %s", name, exc)
+        return done
+
+    def recover_studies(self) -> list[str]:
+        """Reconcile Optuna with the store for every study a dead process left half-open (the
+        store says running or interrupted, Optuna still has a running trial), as a resume
+        would, so neither readers nor optuna-dashboard see a trial "running" forever; a study a
+        live driver holds is left to it. Runs when the worker starts (``advisor serve`` starts
+        one) and for the study of each dead job it finds. Returns the studies reconciled."""
+        done = self._reconcile([s.name for s in self.store.list_studies()
+                                if s.status in (StudyStatus.RUNNING, StudyStatus.INTERRUPTED)])
+        if done:
+            log.warning("reconciled Optuna with the store for %d studies a dead process left "
+                        "open: %s", len(done), ", ".join(done))
+        return done
 
     def run_once(self) -> JobRecord | None:
         """Reconcile, then run one queued job to its end (None when none was queued)."""
@@ -90,6 +117,8 @@ class Worker:
         return self.jobs.get(job.uid)
 
     def run_forever(self, *, stop_when_idle: bool = False) -> None:
+        self.reconcile()
+        self.recover_studies()
         while not self._stop.is_set():
             if self.run_once() is None:
                 if stop_when_idle:

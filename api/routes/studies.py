@@ -83,11 +83,14 @@ def study_request(body: StudyCreate) -> StudyRequest:
         # that only apply when a study starts never go with a resume over the API.
         field = "`enqueue`" if body.enqueue else "`startup_trials`"
         raise StudyError(f"{field} applies when a study starts; it cannot go with `resume`")
+    # A field the body leaves out is the study's own on a resume (its default for a new one).
+    given = body.model_fields_set
     return StudyRequest(
         target=body.target, slo=body.slo, objective=body.objective,
         workload=body.workload.preset, workload_params=body.workload.params, from_client=True,
-        trials=body.trials, sampler=body.sampler, seed=body.seed,
+        trials=body.trials if "trials" in given else None,
+        sampler=body.sampler if "sampler" in given else None, seed=body.seed,
         startup_trials=body.startup_trials, include_default=body.include_default,
         fixed=body.fixed, enqueued=tuple(body.enqueue), paired_repeats=body.paired_repeats,
-        search_sweep=body.search_sweep, warm_start=body.warm_start, name=body.name,
-        resume=body.resume, door=API_DOOR)
+        search_sweep=body.search_sweep if "search_sweep" in given else None,
+        warm_start=body.warm_start, name=body.name, resume=body.resume, door=API_DOOR)

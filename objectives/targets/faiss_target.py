@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from advisor.errors import ConfigRejectedError, EngineUnavailableError, WorkloadError
+from objectives.datasets.corpus import load_passages
 from objectives.datasets.vectors import (
     RECALL_CUTOFFS,
     VectorDataset,
@@ -172,7 +173,12 @@ class FaissTarget(Target):
 
     def check_workload(self, workload: Workload) -> None:
         _check_kind(workload)
-        dataset_params(workload.params)  # ranges, and the vectors against this machine's memory
+        clean = dataset_params(workload.params)  # ranges, and the vectors against the memory
+        if clean["dataset"] == "stdlib-docs":  # what prepare checks: the corpus is large enough
+            n_total = clean["n_base"] + clean["n_queries"]
+            if n_total > (n := len(load_passages())):  # parsed once per process
+                raise WorkloadError(f"n_base + n_queries = {n_total} passages asked for, but "
+                                    f"the corpus has only {n}; lower n_base or n_queries")
 
     def prepare(self, workload: Workload, cache_dir: Path, progress: ProgressFn | None = None
                 ) -> dict[str, Any]:

@@ -101,7 +101,13 @@ def test_a_third_study_skips_predicted_failures_without_starting_them(
     result = StudyDriver(learnt, settings, reporter).run(_spec("third", 40, enqueued=(over,)))
     skipped = [t for t in result.trials if t.error_type == PREDICTED_FAILURE]
     started = [t for t in result.trials if t.error_type != PREDICTED_FAILURE]
-    assert len(result.trials) == 40 and len(skipped) >= 3
+    assert len(skipped) >= 3
+    # Skips are not charged to the search budget (one free skip per budgeted trial): 40 configs
+    # were measured beside them, and the summary's tally says so.
+    assert len(started) == 40 and len(result.trials) == 40 + len(skipped)
+    assert result.tally is not None and result.tally.search_done == 40
+    assert result.tally.skipped_free == len(skipped) and result.tally.skipped_charged == 0
+    assert result.study.n_trials == len(result.trials)  # the store budget covers the skips
     # No engine was started for a skipped config; every other trial was run.
     assert len(runner.started) == len(started)
     assert {json.dumps(t.config, sort_keys=True) for t in started} == {
@@ -262,6 +268,12 @@ def test_tune_names_the_starts_it_skipped(learnt: TrialStore, settings: Settings
     summary = json.loads(capsys.readouterr().out)
     assert summary["failure_gate"] == {"enabled": True, "threshold": DEFAULT_THRESHOLD}
     skipped = summary["predicted_failures"]
-    assert skipped and len(runner.started) == 25 - len(skipped)
-    main(["tune", "--target", "scripted", "--trials", "25", "--name", "cli", "--resume"])
-    assert "were predicted to fail and never started" in capsys.readouterr().out
+    assert skipped and len(runner.started) == 25  # the skips took none of the 25 trials
+    assert summary["budget"] == {"search_trials": 25, "search_done": 25, "paired_repeats": 0,
+                                 "skipped_free": len(skipped), "skipped_charged": 0}
+    main(["tune", "--target", "scripted", "--name", "cli", "--resume"])
+    text = capsys.readouterr().out
+    assert f"{len(skipped)} configs skipped: predicted to fail, never started, not charged " \
+           "to the search budget" in text
+    assert "budget: search 25/25 trials" in text
+    assert len(runner.started) == 25  # the resume kept the study's budget: nothing more ran

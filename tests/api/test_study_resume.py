@@ -72,3 +72,23 @@ def test_a_resume_naming_no_settings_continues_the_stored_study(
     resumed = _post(api, trials=3, resume=True)  # no SLO given: the stored study's is kept
     assert resumed.status_code == 202, resumed.text
     assert resumed.json()["request"]["resume"] is True
+
+
+def test_a_resume_without_trials_keeps_the_study_s_budget(
+        api: TestClient, settings: Settings) -> None:
+    assert _post(api, trials=2, slo=SLO, paired_repeats=0).status_code == 202
+    Worker(settings).run_once()
+    resumed = _post(api, resume=True)  # no `trials`: the study's 2, not the schema's default
+    assert resumed.status_code == 202, resumed.text
+    assert resumed.json()["request"]["trials"] == 2
+    assert Worker(settings).run_once().status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
+    progress = api.get(f"/v1/jobs/{resumed.json()['id']}").json()["progress"]
+    assert progress["trials_finished"] == 2 and progress["trials_total"] == 2
+
+    sampler = _post(api, resume=True, sampler="random")
+    assert sampler.status_code == 409 and "`sampler` 'tpe' != 'random'" in sampler.text
+    longer = _post(api, resume=True, trials=3)
+    assert longer.status_code == 202 and longer.json()["request"]["trials"] == 3
+    Worker(settings).run_once()
+    assert api.get(f"/v1/jobs/{longer.json()['id']}").json()["progress"][
+        "trials_finished"] == 3
