@@ -356,7 +356,8 @@ def suggested_tune_command(target: str, *, slo: str | None = None,
         raise WorkloadError("give the model as `model`, not as a workload parameter")
     for key, value in params.items():
         # Plain where YAML reads the text back as the same value, else as JSON (YAML reads it).
-        text = str(value).lower() if isinstance(value, bool) else str(value)
+        text = (str(value).lower() if isinstance(value, bool)
+                else json.dumps(value) if isinstance(value, dict | list) else str(value))
         if yaml.safe_load(text) != value or isinstance(yaml.safe_load(text), str) != isinstance(
                 value, str):
             text = json.dumps(value)

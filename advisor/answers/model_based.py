@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import shlex
 import threading
 import weakref
 from collections.abc import Mapping
@@ -793,23 +792,30 @@ def _workload_label(w: WorkloadPoint) -> str:
 def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | None = None,
                   workload: str | None = None, features: Mapping[str, float] | None = None,
                   hardware: str | None = None) -> str | None:
-    """The ``advisor tune`` command that would measure what is missing: one that ``tune``
-    accepts as written (a test parses every form), or None when none can (``model`` is neither a
-    known shape nor a local model directory). ``hardware`` adds a ``# run on ...`` comment."""
+    """The ``advisor tune`` command that would measure what is missing, built and checked by
+    the study planner `tune` itself uses (advisor/study_request.suggested_tune_command), so
+    `tune` accepts it as printed; None when `tune` would refuse every form of it (``model``
+    neither a known shape nor a local model directory, a workload beyond its corpus).
+    ``hardware`` adds a ``# run on ...`` comment."""
+    import yaml
+
+    from advisor.study_request import suggested_tune_command
+
     if model and not known_model(model):
         return None
-    args = ["advisor", "tune", "--target", target, "--slo", str(slo),
-            "--objective", str(objective)]
-    if model:
-        args += ["--model", model]
-    if workload:
-        # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
-        args += ["--workload", workload.split("@", 1)[0]]
+    params: dict[str, Any] = {}
     for param in workload_params(features or {}):
-        args += ["--workload-param", param]
-    for value in args:  # a newline would end the command (or the comment) and start another
-        check_label(value, "a value of the suggested command")
-    command = shlex.join([*args, "--trials", "40"])
+        key, _, text = param.partition("=")
+        params[key] = yaml.safe_load(text)
+    try:
+        # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
+        command = suggested_tune_command(
+            target, slo=str(slo), objective=str(objective), model=model,
+            workload=workload.split("@", 1)[0] if workload else None,
+            workload_params=params, trials=40)
+    except AdvisorError:
+        return None
+    check_label(command, "the suggested command")  # a newline would start another command
     return (f"{command}  # run on {check_label(hardware, 'the hardware')}" if hardware
             else command)
 
