@@ -63,6 +63,7 @@ counted under ``errors`` and checked no further.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -89,6 +90,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="where fitted models are kept between runs (default: a temp dir)")
     p.add_argument("--legacy-root", type=Path, default=None,
                    help="answer with the recommenders of the checkout at this directory")
+    p.add_argument("--hardware", default=None,
+                   help="audit only the contexts whose hardware key contains this")
     p.add_argument("--max-points", type=int, default=None,
                    help="check only the first N workload points of each context")
     p.add_argument("--out", type=Path, default=None, help="write the JSON summary here")
@@ -152,25 +155,38 @@ def _run_target(store: Any, db_url: str, cache_dir: Path, target: str,
     started = time.perf_counter()
     models = ModelCache(store, cache_dir, target=target).get()
     fit_s = time.perf_counter() - started
+    if args.hardware is not None:
+        models = dataclasses.replace(models, contexts={
+            k: c for k, c in models.contexts.items() if args.hardware in k.hardware_key})
     started = time.perf_counter()
+    audit_raised: str | None = None
     if args.legacy_root is None:
         from advisor.answers.audit import audit_answers
+        from advisor.errors import AdvisorError
 
-        report = audit_answers(store, models, targets=[target], extra_slos=args.extra_slos,
-                               max_points=args.max_points)
-        answers, questions, errors = report.answers, report.questions, 0
-        found = [{"check": c.check, "question": c.question, "detail": c.detail, "kind": None}
-                 for c in report.contradictions]
+        try:
+            report = audit_answers(store, models, targets=[target], extra_slos=args.extra_slos,
+                                   max_points=args.max_points)
+        except AdvisorError as exc:
+            # The audit stops at the first answer that raises: say so, and count the questions
+            # that raise, answer by answer, so the run still tells what it could not check.
+            audit_raised = f"{type(exc).__name__}: {exc}"
+            answers, questions, errors, found = _new_raising(store, models, target, args)
+        else:
+            answers, questions, errors = report.answers, report.questions, 0
+            found = [{"check": c.check, "question": c.question, "detail": c.detail,
+                      "kind": None} for c in report.contradictions]
     else:
         answers, questions, errors, found = _legacy_audit(store, db_url, cache_dir, models,
                                                           target, args, tmp)
     audit_s = time.perf_counter() - started
     by_check = {c: sum(1 for f in found if f["check"] == c) for c in CHECKS}
     print(f"{target}: {answers} answers to {questions} questions checked in {audit_s:.0f} s "
-          f"(models {fit_s:.0f} s), {len(found)} contradictions: "
+          f"(models {fit_s:.0f} s), {sum(by_check.values())} contradictions: "
           f"{', '.join(f'{c}: {n}' for c, n in by_check.items())}"
-          + (f"; {errors} questions the old code raised on" if errors else ""))
-    for check in CHECKS:
+          + (f"; {errors} questions raised" if errors else "")
+          + (f"; THE AUDIT RAISED ({audit_raised}): nothing checked" if audit_raised else ""))
+    for check in (*CHECKS, "error"):
         for f in [f for f in found if f["check"] == check][:args.examples]:
             print(f"  ({check}) {json.dumps(f['question'], sort_keys=True)}: {f['detail']}")
     kinds: dict[str, int] = {}
@@ -178,8 +194,35 @@ def _run_target(store: Any, db_url: str, cache_dir: Path, target: str,
         if f["kind"] is not None:
             kinds[f"{f['check']}:{f['kind']}"] = kinds.get(f"{f['check']}:{f['kind']}", 0) + 1
     return {"answers": answers, "questions": questions, "errors": errors,
-            "contradictions": len(found), "by_check": by_check, "by_kind": kinds,
+            "audit_raised": audit_raised, "contexts": [c.key.label() for c in
+                                                       models.contexts.values()
+                                                       if c.key.target == target],
+            "contradictions": sum(by_check.values()), "by_check": by_check, "by_kind": kinds,
             "models_s": round(fit_s, 1), "audit_s": round(audit_s, 1), "found": found}
+
+
+def _new_raising(store: Any, models: Any, target: str, args: argparse.Namespace
+                 ) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """When the audit itself raised: which of its questions this checkout's planner raises on
+    (nothing is checked: the counts of contradictions stay 0 and ``audit_raised`` says why)."""
+    from advisor.answers.planner import plan_recommendation
+    from advisor.answers.request import RecommendationRequest
+    from advisor.errors import AdvisorError
+
+    found: list[dict[str, Any]] = []
+    asked = _questions(models, target, args.extra_slos, args.max_points)
+    for q in asked:
+        for measured in (False, True):
+            try:
+                plan_recommendation(store, RecommendationRequest(**q["question"],
+                                                                 measured=measured),
+                                    models=models)
+            except AdvisorError as exc:
+                found.append({"check": "error", "question": q["question"],
+                              "detail": f"{'measured' if measured else 'model'} answer: "
+                                        f"{type(exc).__name__}: {exc}", "kind": None})
+                break
+    return 0, len(asked) - len(found), len(found), found
 
 
 # -- the legacy answers ------------------------------------------------------------------------
@@ -238,6 +281,8 @@ def _legacy_audit(store: Any, db_url: str, cache_dir: Path, models: Any, target:
     for q, a in zip(asked, answered, strict=True):
         if "error" in a:
             errors += 1
+            found.append({"check": "error", "question": q["question"], "detail": a["error"],
+                          "kind": None})
             continue
         answers += 2
         found.extend(_legacy_checks(models.contexts[q["ctx"]], q, a["model"], a["measured"]))
