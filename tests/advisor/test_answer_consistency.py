@@ -16,6 +16,7 @@ import pytest
 
 from advisor.answers import Answer, RecommendationRequest, plan_recommendation
 from advisor.answers.audit import audit_answers
+from advisor.answers.model_based import _same_config
 from advisor.answers.rule import measured_verdict, windows_needed
 from knowledge import TrialFilter, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
@@ -53,11 +54,14 @@ def ask(store: TrialStore, models: KnowledgeModels, **fields: object) -> Answer:
 
 def _windows(store: TrialStore, config: dict[str, object], rate: float,
              model: str = "llama-3-8b") -> list[dict[str, float]]:
-    """The stored windows of ``config`` within 10 % of ``rate`` (the audit's own grouping)."""
+    """The stored windows of ``config`` within 10 % of ``rate``, read straight from the store."""
     out = []
+    same = _same_config("vllm", config)
     for t in store.list_trials(TrialFilter(target="vllm", status=TrialStatus.COMPLETE,
                                            hardware_key="h200")):
-        if (t.workload_spec.get("params") or {}).get("model") != model or t.config != config:
+        # One config whatever form it was recorded in (a knob added later ran at its default).
+        if ((t.workload_spec.get("params") or {}).get("model") != model
+                or _same_config("vllm", t.config) != same):
             continue
         r = workload_features(t.workload_spec).get("rate_rps", 0.0)
         if r and max(r / rate, rate / r) <= 1.1 + 1e-9:
