@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import statistics
 import threading
 import weakref
 from collections.abc import Mapping
@@ -969,7 +970,8 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
             confidence_reason=f"none of {len(configs)} candidate configs meets the SLO here "
                               "(measured windows at this workload where a config has them, "
                               "else the conservative end of its 90% interval)",
-            closest=closest, notes=tuple(notes),
+            closest=closest, notes=(*notes, *(widened[i] for i in dict.fromkeys([j, default_i])
+                                              if i in widened)),
             evidence=tuple(_evidence(ctx, configs[j], features, slo, needed)), **base)
     sign = 1.0 if objective.direction == "maximize" else -1.0
     cautious = {i: _cautious_objective(ctx, configs[i], pred, i, windows, objective)
@@ -1291,12 +1293,18 @@ def _widen_by_nearby(ctx: ContextModels, configs: list[dict[str, Any]], pred: Pr
                      ) -> tuple[Predictions, dict[int, str]]:
     """``pred`` with the interval of each config that has no window at the asked workload but
     was measured near it (:data:`NEARBY_WORKLOAD`) widened to include those measurements where
-    they fall outside it, and a note per widened config (by its index in ``configs``)."""
-    nearby: dict[str, list[int]] = {}
+    they fall outside it, and a note per widened config (by its index in ``configs``).
+
+    Each nearby workload point counts by the median of the config's windows there, as the rule
+    judges a point (advisor/answers/rule.py): one unlucky window of five at a heavier rate, where
+    the config meets the SLO by the rule, must not make it miss at a lighter one."""
+    nearby: dict[str, dict[tuple[tuple[str, float], ...], list[int]]] = {}
     for j, config in enumerate(ctx.configs):
         d = workload_distance(features, ctx.features[j])
         if SAME_WORKLOAD < d <= NEARBY_WORKLOAD:
-            nearby.setdefault(_same_config(ctx.key.target, config), []).append(j)
+            point = tuple(sorted(ctx.features[j].items()))
+            nearby.setdefault(_same_config(ctx.key.target, config), {}).setdefault(
+                point, []).append(j)
     if not nearby:
         return pred, {}
     out = {m: (np.array(v, dtype=float), np.array(lo, dtype=float), np.array(hi, dtype=float))
@@ -1312,16 +1320,20 @@ def _widen_by_nearby(ctx: ContextModels, configs: list[dict[str, Any]], pred: Pr
             if m not in out:
                 continue
             _, lo, hi = out[m]
-            for j in nearby[key]:
-                value = ctx.measured[j].get(m)
-                if not isinstance(value, int | float) or not math.isfinite(float(value)):
+            for point, rows in nearby[key].items():
+                values = [float(v) for j in rows
+                          if isinstance(v := ctx.measured[j].get(m), int | float)
+                          and math.isfinite(float(v))]
+                if not values:
                     continue
+                value = statistics.median(values)
                 if value > hi[i] or value < lo[i]:
-                    where = ", ".join(f"{k}={v:g}" for k, v in ctx.features[j].items()
-                                      if features.get(k) != v)
-                    moved.append(f"{m} measured {float(value):.4g} (trial {ctx.trial_ids[j]}"
+                    where = ", ".join(f"{k}={v:g}" for k, v in point if features.get(k) != v)
+                    moved.append(f"{m} measured {value:.4g} (median of {len(values)} "
+                                 f"window(s), trials "
+                                 f"{', '.join(str(ctx.trial_ids[j]) for j in rows)}"
                                  + (f", {where}" if where else "") + ")")
-                    hi[i], lo[i] = max(hi[i], float(value)), min(lo[i], float(value))
+                    hi[i], lo[i] = max(hi[i], value), min(lo[i], value)
         if moved:
             notes[i] = (f"the prediction for {_short(config)} was widened: its own measurements "
                         f"near this workload fall outside the model's interval "
