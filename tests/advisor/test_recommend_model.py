@@ -205,8 +205,9 @@ def test_shipped_faiss_answers_follow_the_one_rule(shipped_faiss: TrialStore) ->
                 models=models)
             if rec.status == "recommended":
                 answered += 1
-                verdict = rec.verdict
+                verdict, config = rec.verdict, rec.config
                 assert verdict is not None and verdict.meets is True, rec.to_dict()
+                assert config is not None
                 if verdict.basis == "measured":
                     measured += 1
                     # Its windows are stored trials of this config at this size, and they give
@@ -216,8 +217,8 @@ def test_shipped_faiss_answers_follow_the_one_rule(shipped_faiss: TrialStore) ->
                     for t in windows:
                         assert abs(math.log(workload_features(t.workload_spec)["n_vectors"] / n)
                                    ) <= math.log(1.1), (t.id, n)
-                        assert {k: t.config[k] for k in rec.config if k in t.config} == {
-                            k: v for k, v in rec.config.items() if k in t.config}, t.id
+                        assert {k: t.config[k] for k in config if k in t.config} == {
+                            k: v for k, v in config.items() if k in t.config}, t.id
                     again = measured_verdict(parse_slo(slo), [t.metrics for t in windows],
                                              rec.quality_headroom, verdict.trial_ids)
                     assert again == verdict, rec.to_dict()
@@ -227,7 +228,7 @@ def test_shipped_faiss_answers_follow_the_one_rule(shipped_faiss: TrialStore) ->
                     assert all(m <= 0 for m in rec.conservative_margins.values()), rec.to_dict()
                 # A set measured on a larger machine may answer with more threads than this
                 # one has: then there is no launch command here, and the answer says why.
-                if int(rec.config["threads"]) <= (os.cpu_count() or 1):
+                if int(config["threads"]) <= (os.cpu_count() or 1):
                     assert "faiss.index_factory" in (rec.launch_command or ""), rec.to_dict()
                 else:
                     assert rec.launch_command is None, rec.to_dict()
