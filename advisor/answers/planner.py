@@ -318,7 +318,7 @@ def _from_shape(rec: ShapeRecommendation | UnmeasuredShape, q: ResolvedQuestion,
                       question=_question(q, rec.hardware_key or hardware),
                       confidence=Confidence(level="none", reason=rec.reason),
                       next=_next(rec.tune_command, "not_covered", "none"),
-                      details={"measured_models": {
+                      details={"model_shape": rec.shape.to_dict(), "measured_models": {
                           display_name(n): None if f is None else f.to_dict()
                           for n, f in rec.measured.items()}})
     status = _status(rec.found, rec.answer, rec.status == "no_feasible_config")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -107,14 +108,19 @@ def test_recommend_says_precisely_why_an_unmeasured_shape_has_no_answer(
                   "--model-config", QWEN, "--json", env={**env, "ADVISOR_IMPORT_SHIPPED": "1"})
     assert run.returncode == 1, run.stderr
     answer = json.loads(run.stdout)
-    assert answer["found"] is False and answer["status"] == "not_covered"
-    assert answer["model"] == QWEN_NAME
-    assert answer["model_shape"]["kv_bytes_per_token"] == 57344
+    assert answer["status"] == "not_covered" and answer["config"] is None
+    assert answer["question"]["model"] == QWEN_NAME
+    details = answer["details"]
+    assert details["model_shape"]["kv_bytes_per_token"] == 57344
     # The shipped H200 knowledge measured the 8B and the 1B: both named, with their features.
-    assert {"llama-3-8b", "llama-3.2-1b"} <= set(answer["measured_models"])
-    assert answer["measured_models"]["llama-3-8b"]["parameters"] == 8_030_261_248
-    assert answer["tune_command"].startswith(
-        f"advisor tune --target vllm --model-config {QWEN} --slo")
+    assert {"llama-3-8b", "llama-3.2-1b"} <= set(details["measured_models"])
+    assert details["measured_models"]["llama-3-8b"]["parameters"] == 8_030_261_248
+    assert "no measurements of shape" in answer["confidence"]["reason"]
+    # The tune command names the shape by its fields (runnable anywhere, the same through REST),
+    # and those fields read back as the very shape asked.
+    tune = shlex.split(answer["next"]["tune_command"], comments=True)
+    assert tune[:4] == ["advisor", "tune", "--target", "vllm"] and "--slo" in tune
+    assert model_option(None, tune[tune.index("--model-config") + 1]) == QWEN_NAME
     text = advisor("recommend", "--target", "vllm", "--slo", SLO, "--hardware", "h200",
                    "--model-config", QWEN, env={**env, "ADVISOR_IMPORT_SHIPPED": "1"})
     assert text.returncode == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from advisor.answers.model_based import ModelRecommendation, RecommendationQuery, recommend
+from advisor.answers.rule import windows_needed
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 
@@ -45,8 +46,13 @@ def test_inside_the_measured_region_a_config_is_recommended(h200: H200, model: s
     rec = ask(h200, model, 50.0)
     assert rec.status == "recommended", rec.confidence_reason
     assert rec.config is not None
-    # Its conservative bound (the interval end on the wrong side) meets every SLO bound.
-    assert all(m <= 0 for m in rec.conservative_margins.values())
+    # It meets the SLO by the one rule: its windows here where it has them, else the
+    # conservative end of every interval (the end on the wrong side of its bound).
+    assert rec.verdict is not None and rec.verdict.meets is True
+    if rec.verdict.basis == "predicted":
+        assert all(m <= 0 for m in rec.conservative_margins.values())
+    else:
+        assert rec.verdict.windows_met >= windows_needed(rec.verdict.windows)
     for metric, p in rec.predicted.items():
         assert p.low <= p.value <= p.high, metric
     assert any("load curve" in n for n in rec.notes)
@@ -57,6 +63,7 @@ def test_inside_the_measured_region_a_config_is_recommended(h200: H200, model: s
     # The engine default was measured here and meets the SLO: it is the answer or was beaten
     # beyond the noise.
     assert rec.baseline is not None
+    assert rec.default_verdict is not None and rec.default_verdict.meets is True
 
 
 def test_above_every_capacity_is_not_covered_and_says_why(h200: H200) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from knowledge import TrialStore
 from knowledge.transfer import import_file, shipped_file
+from objectives.llm.shapes import display_name
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "docs" / "examples" / "model-configs"
@@ -52,25 +53,31 @@ def test_qwen_7b_is_answered_as_a_labelled_prediction(
     run = qwen_at_30
     assert run.returncode == 0, run.stdout + run.stderr
     answer = json.loads(run.stdout)
-    assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
+    assert answer["basis"] == "extrapolation" and answer["status"] == "keep_defaults"
     assert answer["answer"] == "keep_defaults"  # the only config measured on three shapes
-    assert answer["shape_position"] == "interpolation"  # 7.6B lies between 1.2B and 8.0B
-    assert set(answer["measured_shapes"]) == SHAPES
-    assert answer["tune_command"].startswith("advisor tune --target vllm --model-config")
+    details = answer["details"]
+    assert details["shape_position"] == "interpolation"  # 7.6B lies between 1.2B and 8.0B
+    assert set(details["measured_shapes"]) == SHAPES
+    assert "not measurements" in details["predicted_note"]
+    assert answer["next"]["tune_command"].startswith("advisor tune --target vllm --model-config")
     for metric in ("ttft_p95_ms", "tpot_p95_ms"):
-        p = answer["predicted"][metric]
-        assert p["basis"] == "predicted" and p["low"] < p["value"] < p["high"]
-    assert all(m <= 0 for m in answer["conservative_slo_margins"].values())
+        f = answer["figures"][metric]
+        assert f["basis"] == "predicted" and f["low"] < f["value"] < f["high"]
+    # Judged at the conservative end of every interval (a prediction, no window decides).
+    verdict = answer["verdict"]
+    assert verdict["basis"] == "predicted" and verdict["meets_slo"] is True
+    assert verdict["margins"] and all(m <= 0 for m in verdict["margins"].values())
+    assert answer["confidence"]["level"] == "low"
     # Widened by the held-out-shape error: never narrower than the worst held-out
     # interpolation's light-load log error of that metric.
-    inside = [h for h in answer["held_out_shapes"] if h["position"] == "interpolation"]
+    inside = [h for h in details["held_out_shapes"] if h["position"] == "interpolation"]
     assert inside
-    ttft = answer["predicted"]["ttft_p95_ms"]
+    ttft = answer["figures"]["ttft_p95_ms"]
     assert ttft["high"] / ttft["value"] >= 1.3
     text = recommend("qwen2.5-7b", env, "--rate-rps", "30")
     assert text.returncode == 0
-    assert "unmeasured shape" in text.stdout and "basis: extrapolation" in text.stdout
-    assert "To measure it: advisor tune" in text.stdout
+    assert "unmeasured shape" in text.stdout and "predicted" in text.stdout
+    assert "advisor tune --target vllm --model-config" in text.stdout
 
 
 def test_llama_70b_on_one_h200_is_refused_with_the_reason(env: dict[str, str]) -> None:
@@ -78,25 +85,31 @@ def test_llama_70b_on_one_h200_is_refused_with_the_reason(env: dict[str, str]) -
     assert run.returncode == 1, run.stdout + run.stderr
     answer = json.loads(run.stdout)
     assert answer["status"] == "not_covered" and answer["basis"] == "extrapolation"
-    assert "does not fit 1x-nvidia-h200" in answer["reason"]
-    assert "141.1 GB" in answer["reason"] and "70.55B parameters" in answer["reason"]
-    assert answer["predicted"] == {}
+    reason = answer["confidence"]["reason"]
+    assert "does not fit 1x-nvidia-h200" in reason and reason in answer["summary"]
+    assert "141.1 GB" in reason and "70.55B parameters" in reason
+    assert answer["figures"] == {} and answer["config"] is None and answer["verdict"] is None
 
 
 def test_a_rate_above_the_predicted_capacity_is_refused(env: dict[str, str]) -> None:
     run = recommend("mistral-7b-v0.3", env, "--rate-rps", "400", "--json")
     assert run.returncode == 1
     answer = json.loads(run.stdout)
-    assert answer["status"] == "not_covered"
-    assert "above" in answer["reason"] and "predicted capacity" in answer["reason"]
+    assert answer["status"] == "not_covered" and answer["config"] is None
+    reason = answer["confidence"]["reason"]
+    assert "above" in reason and "predicted capacity" in reason
+    # The capacity it names is the one the answer carries, and 400 req/s is above its interval.
+    capacity = answer["details"]["capacity_rps"]
+    assert capacity["high"] < 400 and f"{capacity['value']:.0f} req/s" in reason
 
 
 def test_without_a_rate_the_precise_gap_answer_stands(env: dict[str, str]) -> None:
     run = recommend("qwen2.5-7b", env, "--json")
     assert run.returncode == 1
     answer = json.loads(run.stdout)
-    assert answer["basis"] == "none" and set(answer["measured_models"]) == SHAPES
-    assert "ask at a rate (--rate-rps)" in answer["reason"]
+    assert answer["basis"] == "none" and answer["status"] == "not_covered"
+    assert set(answer["details"]["measured_models"]) == {display_name(s) for s in SHAPES}
+    assert "ask at a rate (--rate-rps)" in answer["confidence"]["reason"]
 
 
 def test_the_rest_api_answers_for_a_config_json_s_fields(
@@ -109,9 +122,10 @@ def test_the_rest_api_answers_for_a_config_json_s_fields(
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
+    from advisor.answers import RecommendationRequest, resolve
+    from advisor.answers.shapes import answer_unmeasured_shape
     from advisor.settings import Settings
     from api import create_app
-    from api.knowledge import _shape_of, _unmeasured_shape_answer
 
     fields = json.loads((CONFIGS / "qwen2.5-7b" / "config.json").read_text())
     settings = Settings(db_url=env["ADVISOR_DB_URL"], cache_dir=tmp_path / "cache",
@@ -123,23 +137,24 @@ def test_the_rest_api_answers_for_a_config_json_s_fields(
         assert resp.status_code == 200, resp.text
         answer = resp.json()
         cli = json.loads(qwen_at_30.stdout)
-        assert answer["basis"] == "extrapolation" and answer["status"] == "recommended"
+        assert answer["basis"] == "extrapolation" and answer["status"] == "keep_defaults"
         assert answer["answer"] == "keep_defaults" and answer["config"] == cli["config"]
-        assert answer["predicted"] == cli["predicted"]
-        assert answer["raw"]["shape_position"] == "interpolation"
-        tune = answer["tune_command"]
+        assert answer["figures"] == cli["figures"] and answer["verdict"] == cli["verdict"]
+        assert answer["details"]["shape_position"] == "interpolation"
+        tune = answer["next"]["tune_command"]
         assert tune.startswith("advisor tune --target vllm --model-config ")
         assert "model_type=qwen2" in tune and "hidden_size=3584" in tune
         # The shape's own name as `model` is the same question; another shape's is refused.
-        same = api.post("/v1/recommendations", json={**body, "model": cli["model"]})
-        assert same.status_code == 200 and same.json()["predicted"] == answer["predicted"]
+        same = api.post("/v1/recommendations",
+                        json={**body, "model": cli["question"]["model"]})
+        assert same.status_code == 200 and same.json()["figures"] == answer["figures"]
         other = api.post("/v1/recommendations", json={**body, "model": "llama-3-8b"})
         assert other.status_code == 422 and "different shapes" in other.json()["error"]["message"]
         broken = api.post("/v1/recommendations",
                           json={**body, "hf_config": {**fields, "num_key_value_heads": 5}})
         assert broken.status_code == 422, broken.text
         assert "must divide" in broken.json()["error"]["message"]
-        for wrong, why in (({"target": "faiss"}, "takes none"),
+        for wrong, why in (({"target": "faiss", "slo": "recall_at_10>=0.9"}, "takes none"),
                            ({"objective": "maximize:qps"}, "objective metric")):
             refused = api.post("/v1/recommendations", json={**body, **wrong})
             assert refused.status_code == 422, refused.text
@@ -147,11 +162,15 @@ def test_the_rest_api_answers_for_a_config_json_s_fields(
         # Without a rate: the precise gap answer, as the CLI gives it.
         gap = api.post("/v1/recommendations", json={**body, "workload": {}})
         assert gap.status_code == 200, gap.text
-        assert gap.json()["status"] == "not_covered" and gap.json()["slo"] == SLO
-        assert "ask at a rate" in gap.json()["message"]
+        assert gap.json()["status"] == "not_covered" and gap.json()["question"]["slo"] == SLO
+        assert "ask at a rate" in gap.json()["confidence"]["reason"]
     # A measured shape given by its fields is the fitted models' question (no shape answer).
-    three_b = {**body, "hf_config": json.loads((CONFIGS / "llama-3.2-3b" / "config.json")
-                                               .read_text())}
-    given = _shape_of(three_b)
-    assert given is not None and given[0].name in SHAPES
-    assert _unmeasured_shape_answer(TrialStore(env["ADVISOR_DB_URL"]), three_b, *given) is None
+    three_b = resolve(RecommendationRequest(**{**body, "hf_config": json.loads(
+        (CONFIGS / "llama-3.2-3b" / "config.json").read_text())}))
+    assert three_b.shape is not None and three_b.shape.name in SHAPES
+    store = TrialStore(env["ADVISOR_DB_URL"])
+    assert answer_unmeasured_shape(
+        store, target="vllm", hardware="h200", shape=three_b.shape,
+        model_config=three_b.shape_fields or three_b.shape.name, slo=SLO, objective=None,
+        workload=three_b.workload) is None
+    store.close()

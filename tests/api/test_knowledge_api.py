@@ -60,35 +60,38 @@ def _recommend(api: TestClient, **body: Any) -> dict[str, Any]:
 
 def test_recommendation_is_model_based_with_intervals_and_evidence(api: TestClient) -> None:
     answer = _recommend(api)
-    assert answer["basis"] == "model" and answer["target"] == "scripted"
-    assert answer["status"] in ("recommended", "no_feasible_config")
+    assert answer["basis"] == "model" and answer["question"]["target"] == "scripted"
+    assert answer["status"] in ("recommended", "keep_defaults", "no_feasible_config")
     trial_ids = {t["id"] for t in api.get("/v1/trials", params={"limit": 500}).json()["items"]}
     assert answer["evidence"] and {e["trial_id"] for e in answer["evidence"]} <= trial_ids
-    if answer["status"] == "recommended":
+    if answer["status"] in ("recommended", "keep_defaults"):
         ScriptedTarget().space().validate_config(answer["config"])  # inside the space
         assert answer["config"]["x"] == 0.6
-        for metric, p in answer["predicted"].items():
-            assert p["low"] <= p["value"] <= p["high"], metric
+        assert answer["figures"]
+        for metric, f in answer["figures"].items():
+            assert f["low"] <= f["value"] <= f["high"], metric
+            assert f["basis"] in ("measured", "predicted"), metric
+        assert answer["verdict"]["meets_slo"] is True
         assert answer["launch_command"].startswith("scripted ")
-        assert answer["confidence"] in ("high", "medium", "low")
+        assert answer["confidence"]["level"] in ("high", "medium", "low")
     else:
-        assert answer["config"] is None and answer["tune_command"]
+        assert answer["config"] is None and answer["next"]["tune_command"]
     assert _recommend(api) == answer  # a repeated question: the same (cached) answer
 
 
 def test_uncovered_questions_name_the_study_that_would_cover_them(api: TestClient) -> None:
     answer = _recommend(api, hardware="h200")
     assert answer["status"] == "not_covered" and answer["config"] is None
-    assert answer["tune_command"].startswith("advisor tune --target scripted")
-    assert "h200" in answer["message"]
+    assert answer["next"]["tune_command"].startswith("advisor tune --target scripted")
+    assert "h200" in answer["summary"] and "h200" in answer["confidence"]["reason"]
 
 
 def test_answers_follow_the_store(api: TestClient, settings: Settings) -> None:
-    before = _recommend(api)["raw"]["context"]["trials"]
+    before = _recommend(api)["context"]["trials"]
     _study(settings, "k2", n=4, seed=1)
     # The old models keep answering while new ones are fitted in the background.
     deadline = time.monotonic() + 120
-    while (after := _recommend(api)["raw"]["context"]["trials"]) == before:
+    while (after := _recommend(api)["context"]["trials"]) == before:
         assert time.monotonic() < deadline, "the models never caught up with the store"
         time.sleep(0.2)
     assert after == before + 4

@@ -73,11 +73,14 @@ def test_recommendations_keep_the_defaults_and_invalid_trials_stand_apart(
     resp = api.post("/v1/recommendations", json={**body, "slo": WITHIN})
     assert resp.status_code == 200, resp.text
     answer = resp.json()
-    assert answer["status"] == "recommended" and answer["answer"] == "keep_defaults"
-    assert answer["config"] == DEFAULT and answer["baseline"]["default_config"] == DEFAULT
-    assert answer["baseline"]["reason"] and answer["raw"]["answer"] == "keep_defaults"
+    assert answer["status"] == "keep_defaults" and answer["answer"] == "keep_defaults"
+    assert answer["config"] == DEFAULT and answer["default"]["config"] == DEFAULT
+    assert answer["default"]["verdict"]["meets_slo"] is True
+    assert answer["comparison"]["reason"]
     clear = api.post("/v1/recommendations", json={**body, "slo": LOOSE}).json()
-    assert clear["answer"] == "config" and clear["config"] != DEFAULT
+    assert clear["status"] == "recommended" and clear["answer"] == "config"
+    assert clear["config"] != DEFAULT and clear["default"]["config"] == DEFAULT
+    assert clear["verdict"]["meets_slo"] is True and clear["comparison"]["reason"]
     complete = api.get("/v1/trials", params={"status": "complete", "limit": 100}).json()
     assert complete["total"] == 11 and all(t["status"] == "complete" for t in complete["items"])
     invalid = api.get("/v1/trials", params={"status": "invalid"}).json()
