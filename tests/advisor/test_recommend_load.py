@@ -77,7 +77,7 @@ def test_above_every_capacity_is_not_covered_and_says_why(h200: H200) -> None:
     rec = ask(h200, "llama-3-8b", round(highest * 1.3))
     assert rec.status == "not_covered"
     assert "above the capacity of every measured config" in rec.confidence_reason
-    assert rec.tune_command and "rate_rps: " in rec.tune_command
+    assert rec.tune_command and '"rate_rps": ' in rec.tune_command
     # Just below the highest capacity the question is inside the region, and so is a rate
     # measured past it (the curves hold the backlog measured there; the SLO decides).
     assert ask(h200, "llama-3-8b", round(top * 0.9)).status != "not_covered"
