@@ -19,6 +19,7 @@ import math
 import statistics
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -207,6 +208,14 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
             reason = (f"no measured {target} trial served model {model!r} on {where} (measured "
                       f"models: {', '.join(measured_models) or 'none'})")
             return replace(answer, reason=reason + _untunable(model), tune_command=tune)
+    machines = Counter(t.hardware_key for t in usable)
+    if len(machines) > 1:
+        # A partial key matching several machines: windows of two machines are two workloads,
+        # so the machine with the most trials answers, and is named.
+        chosen = max(machines, key=lambda k: (machines[k], k))
+        usable = [t for t in usable if t.hardware_key == chosen]
+    if usable:
+        answer = replace(answer, hardware_key=usable[0].hardware_key)
     usable, borrowed = _nearest_workload(usable, asked)
     headroom = measured_headroom(usable, _rebuild_varying(engine, slo))
     answer = replace(answer, quality_headroom=headroom)

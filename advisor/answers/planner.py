@@ -104,14 +104,19 @@ def _hardware(store: TrialStore, q: ResolvedQuestion, this: str | None
     target; else the measured hardware with the most trials (of the model, if one was named)."""
     if q.request.hardware is not None:
         return q.request.hardware, []
-    counts: dict[str, int] = {}
-    for study in store.list_studies(q.engine.name):
-        if q.model_key is not None:
+    def counts_for(model_key: str | None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for study in studies:
             model = (study.workload_spec.get("params") or {}).get("model")
-            if model is not None and str(model) != q.model_key:
+            if model_key is not None and model is not None and str(model) != model_key:
                 continue
-        counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
-            int(study.n_trials or 0), 1)
+            counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
+                int(study.n_trials or 0), 1)
+        return counts
+
+    studies = store.list_studies(q.engine.name)
+    # The machines that measured the model asked, else (a model nobody measured) the target.
+    counts = counts_for(q.model_key) or counts_for(None)
     if not counts:
         return this, []
     if this is not None and this in counts:
