@@ -63,6 +63,10 @@ def test_recommend_keeps_the_defaults_and_trials_show_validity(env: dict[str, st
     # Why: the best config's gain is within the default's own scatter.
     assert any(line.startswith("versus_default=") and "a gain must exceed" in line
                for line in lines), rec.stdout
+    # On a terminal (rich layout), the kept defaults are spelled out too.
+    shown = advisor("recommend", "--measured", "--target", "scripted", "--slo", WITHIN,
+                    "--hardware", "any", env={**env, "TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
+    assert shown.returncode == 0 and "the engine defaults (x=0.5 y=8 mode=a)" in shown.stdout
     data = json.loads(advisor("recommend", "--measured", "--target", "scripted", "--slo", WITHIN,
                               "--hardware", "any", "--json", env=env).stdout)
     assert data["status"] == "keep_defaults" and data["answer"] == "keep_defaults"
