@@ -30,8 +30,8 @@ def _figure_text(f: Figure) -> str:
 def _config_text(answer: Answer) -> str | None:
     if answer.config is None:
         return None
-    if answer.status == "keep_defaults":
-        return "the engine defaults"
+    if answer.status == "keep_defaults":  # which values those are: what the user runs
+        return f"the engine defaults ({compact_config(answer.config)})"
     default = answer.default.config if answer.default is not None else None
     if default:
         changed = {k: v for k, v in answer.config.items() if default.get(k) != v}

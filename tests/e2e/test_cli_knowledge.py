@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from knowledge.transfer import shipped_files
+from tests.advisor.test_tune_suggestions import check_tune_command
 
 
 def advisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -85,16 +86,25 @@ def test_recommend_is_model_based_and_explains(env: dict[str, str]) -> None:
     rec = advisor(*args, "--json", env=env)
     answer = json.loads(rec.stdout)
     assert answer["basis"] == "model" and answer["context"]["model"] == "llama-3-8b"
-    assert answer["status"] in ("recommended", "no_feasible_config")
-    assert (rec.returncode == 0) == (answer["status"] == "recommended")
-    if answer["status"] == "recommended":
+    assert answer["status"] in ("recommended", "keep_defaults", "no_feasible_config")
+    assert (rec.returncode == 0) == (answer["status"] != "no_feasible_config")
+    if answer["status"] != "no_feasible_config":
         assert answer["launch_command"].startswith("vllm serve meta-llama/Meta-Llama-3-8B")
+        verdict = answer["verdict"]
+        assert verdict["meets_slo"] is True
         for metric in ("ttft_p95_ms", "tpot_p95_ms"):
-            p = answer["predicted"][metric]
-            assert p["basis"] == "predicted" and p["low"] <= p["value"] <= p["high"]
-    assert answer["evidence"] and all("measured" in e for e in answer["evidence"])
+            f = answer["figures"][metric]  # labelled: measured windows, else a prediction
+            assert f["basis"] == verdict["basis"] and f["low"] <= f["value"] <= f["high"]
+            if f["basis"] == "measured":
+                assert f["windows"] == verdict["windows"] >= verdict["windows_met"] >= 1
+    assert answer["evidence"] and all(e["measured"] for e in answer["evidence"])
     explained = advisor(*args, "--explain", env=env)
-    assert "nearest measured trials" in explained.stdout
+    lines = explained.stdout.splitlines()
+    # --explain shows each cited trial and the models' held-out quality.
+    for e in answer["evidence"]:
+        assert any(line.startswith(f"evidence.{e['trial_id']}={e['workload']}; ")
+                   for line in lines), explained.stdout
+    assert any(line.startswith("model_quality.") for line in lines), explained.stdout
 
 
 def test_an_unmeasured_variant_never_displaces_a_measured_default_on_its_point_prediction(
@@ -109,10 +119,15 @@ def test_an_unmeasured_variant_never_displaces_a_measured_default_on_its_point_p
                   env=env)
     answer = json.loads(rec.stdout)
     assert rec.returncode == 0, rec.stderr
-    assert answer["answer"] == "keep_defaults", answer["baseline"]
-    assert answer["baseline"]["default_figures_basis"] == "measured"
+    assert answer["status"] == answer["answer"] == "keep_defaults", answer["comparison"]
+    default = answer["default"]
+    assert answer["config"] == default["config"]
+    # The defaults are judged on their own measured windows at this workload.
+    assert default["verdict"]["basis"] == "measured" and default["verdict"]["meets_slo"] is True
+    assert default["figures"] and all(f["basis"] == "measured"
+                                      for f in default["figures"].values())
     assert any("the offered load sets output_tokens_per_s" in n for n in answer["notes"])
-    assert "counts as equal to it" in answer["baseline"]["reason"], answer["baseline"]
+    assert "counts as equal to it" in answer["comparison"]["reason"], answer["comparison"]
 
 
 def test_recommend_flags_uncovered_hardware(env: dict[str, str]) -> None:
@@ -120,7 +135,10 @@ def test_recommend_flags_uncovered_hardware(env: dict[str, str]) -> None:
                   "ttft_p95_ms<=300", "--json", env=env)
     answer = json.loads(rec.stdout)
     assert rec.returncode == 1 and answer["status"] == "not_covered"
-    assert answer["confidence"] == "none" and answer["tune_command"].startswith("advisor tune")
+    assert answer["config"] is None and answer["launch_command"] is None
+    assert answer["confidence"]["level"] == "none"
+    assert "mi300x" in answer["confidence"]["reason"]
+    check_tune_command(answer["next"]["tune_command"])  # the study that would cover it
 
 
 FORMATS = ("md", "html", "json")

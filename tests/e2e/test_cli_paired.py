@@ -57,14 +57,31 @@ def test_recommend_keeps_the_defaults_and_trials_show_validity(env: dict[str, st
     rec = advisor("recommend", "--measured", "--target", "scripted", "--slo", WITHIN,
                   "--hardware", "any", env=env)
     assert rec.returncode == 0, rec.stderr
-    assert "Keep the defaults" in rec.stdout and "x=0.5 y=8 mode=a" in rec.stdout
+    lines = rec.stdout.splitlines()  # piped: one key=value per line
+    assert "status=keep_defaults" in lines and "config=the engine defaults" in lines
+    assert {"config.x=0.5", "config.y=8", "config.mode=a"} <= set(lines)
+    # Why: the best config's gain is within the default's own scatter.
+    assert any(line.startswith("versus_default=") and "a gain must exceed" in line
+               for line in lines), rec.stdout
+    # On a terminal (rich layout), the kept defaults are spelled out too.
+    shown = advisor("recommend", "--measured", "--target", "scripted", "--slo", WITHIN,
+                    "--hardware", "any", env={**env, "TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
+    assert shown.returncode == 0 and "the engine defaults (x=0.5 y=8 mode=a)" in shown.stdout
     data = json.loads(advisor("recommend", "--measured", "--target", "scripted", "--slo", WITHIN,
                               "--hardware", "any", "--json", env=env).stdout)
-    assert data["answer"] == "keep_defaults" and data["recommended"]["config"] == DEFAULT
+    assert data["status"] == "keep_defaults" and data["answer"] == "keep_defaults"
+    assert data["config"] == DEFAULT and data["default"]["config"] == DEFAULT
+    assert data["default"]["verdict"]["meets_slo"] is True
+    comparison = data["comparison"]
+    assert comparison["gain"] is not None and comparison["gain"] <= comparison["threshold"]
+    # The invalid trial (the best by far, were it used) is neither the answer nor its evidence.
+    invalid_ids = {t["id"] for t in json.loads(advisor(
+        "trials", "--status", "invalid", "--json", env=env).stdout)}
+    assert invalid_ids and not invalid_ids & {e["trial_id"] for e in data["evidence"]}
     model = advisor("recommend", "--target", "scripted", "--slo", WITHIN, "--hardware",
                     "cpu-test-box", "--n-vectors", "2000", env=env)
     assert model.returncode == 0, model.stderr
-    assert "Keep the defaults" in model.stdout
+    assert "status=keep_defaults" in model.stdout.splitlines()
     invalid = advisor("trials", "--status", "invalid", env=env)
     assert invalid.returncode == 0 and "client_bound" in invalid.stdout
     assert "invalid" in invalid.stdout

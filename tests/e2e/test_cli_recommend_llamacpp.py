@@ -34,38 +34,80 @@ def _answer(*args: str, env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
+def _trials(env: dict[str, str]) -> dict[int, dict]:
+    """The stored llama.cpp trials by id, as `advisor trials --json` lists them."""
+    done = subprocess.run([sys.executable, "-m", "advisor", "trials", "--target", "llamacpp",
+                           "--json", "--limit", "5000"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return {t["id"]: t for t in json.loads(done.stdout)}
+
+
 def _launch(answer: dict) -> list[str]:
     argv = shlex.split(answer["launch_command"])
     assert argv[0] == "llama-server"
     return argv
 
 
+def _measured_meets(answer: dict, env: dict[str, str]) -> dict:
+    """The answer's config met the SLO in its own measured windows (k of n, cited by id), on a
+    CPU machine, with the asked model; returns the figures."""
+    assert answer["status"] == "recommended" and answer["basis"] == "measured", answer
+    verdict = answer["verdict"]
+    assert verdict["meets_slo"] is True and verdict["basis"] == "measured"
+    assert 0 < verdict["windows_met"] <= verdict["windows"] == len(verdict["trial_ids"])
+    assert all(m <= 0 for m in verdict["margins"].values())
+    trials = _trials(env)
+    for trial_id in verdict["trial_ids"]:
+        trial = trials[trial_id]
+        assert trial["config"] == answer["config"]
+        assert trial["hardware_key"].startswith("cpu-")
+        assert trial["workload_spec"]["params"]["model"] == "llama-3.2-1b"
+    cited = {e["trial_id"] for e in answer["evidence"] if e["same_config"]}
+    assert set(verdict["trial_ids"]) <= cited
+    figures = answer["figures"]
+    assert all(figures[m]["basis"] == "measured" for m in ("ttft_p95_ms", "tpot_p95_ms"))
+    return figures
+
+
 def test_the_measured_best_meets_the_slo_and_is_not_the_default(env: dict[str, str]) -> None:
     answer = _answer("--slo", SLO, "--measured", env=env)
-    rec = answer["recommended"]
-    assert rec["hardware_key"].startswith("cpu-") and rec["model"] == "llama-3.2-1b"
-    metrics = rec["metrics"]
-    assert metrics["ttft_p95_ms"] <= 1500 and metrics["tpot_p95_ms"] <= 100
-    assert rec["config"]["quant"] != "F16"  # llama.cpp's default file type missed this SLO
+    figures = _measured_meets(answer, env)
+    assert figures["ttft_p95_ms"]["value"] <= 1500 and figures["tpot_p95_ms"]["value"] <= 100
+    assert answer["question"]["model"] == "llama-3.2-1b"
+    # llama.cpp's default file type missed this SLO, by the same rule, so another file answers.
+    default = answer["default"]
+    assert default["config"]["quant"] == "F16" and default["verdict"]["meets_slo"] is False
+    assert answer["config"]["quant"] != "F16"
     argv = _launch(answer)
-    assert f"models/llama-3.2-1b-{rec['config']['quant']}.gguf" in argv
+    assert f"models/llama-3.2-1b-{answer['config']['quant']}.gguf" in argv
 
 
 def test_a_quality_floor_keeps_low_bit_files_out(env: dict[str, str]) -> None:
     answer = _answer("--slo", f"{SLO},bits_per_weight>=6", "--measured", env=env)
-    rec = answer["recommended"]
-    assert rec["metrics"]["bits_per_weight"] >= 6
-    assert rec["config"]["quant"] in {"F16", "BF16", "Q8_0", "Q6_K"}
+    figures = _measured_meets(answer, env)
+    assert figures["bits_per_weight"]["value"] >= 6
+    assert answer["config"]["quant"] in {"F16", "BF16", "Q8_0", "Q6_K"}
 
 
 def test_the_model_based_answer_is_a_labelled_prediction(env: dict[str, str]) -> None:
+    """The model-based answer labels every figure: measured (the config's own windows at this
+    workload, which decide) or predicted (the model's point inside its 90 % interval); the
+    model's predictions for the config are shown beside, labelled as such."""
     answer = _answer("--slo", SLO, env=env)
     assert answer["status"] == "recommended" and answer["basis"] == "model", answer
-    assert "not measurements" in answer["predicted_note"]
+    verdict = answer["verdict"]
+    assert verdict["meets_slo"] is True and verdict["basis"] in ("measured", "predicted")
     for bound in ("ttft_p95_ms", "tpot_p95_ms"):
-        predicted = answer["predicted"][bound]
+        figure = answer["figures"][bound]
+        assert figure["basis"] == verdict["basis"]
+        assert figure["low"] <= figure["value"] <= figure["high"]
+        if figure["basis"] == "measured":
+            assert figure["windows"] == verdict["windows"] >= 1
+        predicted = answer["details"]["predicted"][bound]
         assert predicted["basis"] == "predicted"
         assert predicted["low"] <= predicted["value"] <= predicted["high"]
-    assert answer["confidence"] in {"low", "medium", "high"}
-    assert answer["hardware_key"].startswith("cpu-")
+    assert answer["confidence"]["level"] in {"low", "medium", "high"}
+    assert answer["confidence"]["reason"]
+    assert answer["question"]["hardware_key"].startswith("cpu-")
     _launch(answer)
