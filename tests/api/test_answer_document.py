@@ -137,3 +137,36 @@ def test_doors_translate_and_render_only(door: Path) -> None:
     # No door re-decides: none compares against an SLO or reads a verdict's margins.
     names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not names & {"is_met", "margins", "conservative_margins", "holds"}, door
+
+
+# -- the extrapolation outcome, on the shipped knowledge ---------------------------------------
+
+QWEN_FIELDS = ("model_type=qwen2,hidden_size=3584,intermediate_size=18944,num_hidden_layers=28,"
+               "num_attention_heads=28,num_key_value_heads=4,vocab_size=152064,"
+               "max_position_embeddings=131072,tie_word_embeddings=false,torch_dtype=bfloat16")
+
+
+def test_an_unmeasured_shape_is_the_same_bytes_through_both_doors(tmp_path: Path) -> None:
+    """A shape never measured on the H200 (Qwen2.5-7B's fields) is answered by extrapolation;
+    the CLI given the fields inline and REST given the same fields as `hf_config` return the
+    same document."""
+    from api import create_app
+    from objectives.llm.shapes import load_model_config
+
+    db = f"sqlite:///{tmp_path / 'shipped.db'}"
+    env = {**os.environ, "ADVISOR_DB_URL": db, "ADVISOR_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "advisor", "recommend", "--target", "vllm",
+            "--slo", "ttft_p95_ms<=300,tpot_p95_ms<=40", "--hardware", "h200",
+            "--model-config", QWEN_FIELDS, "--rate-rps", "30", "--json"]
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr.decode()
+    body = {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h200",
+            "hf_config": load_model_config(QWEN_FIELDS), "workload": {"rate_rps": 30}}
+    with TestClient(create_app(make_settings(db, tmp_path))) as client:
+        rest = client.post("/v1/recommendations", json=body)
+    assert rest.status_code == 200, rest.text
+    assert done.stdout == rest.content
+    document = json.loads(rest.content)
+    assert document["basis"] == "extrapolation"
+    jsonschema.validate(document, json.loads(SCHEMA.read_text()))
