@@ -34,6 +34,7 @@ from advisor.answers.planner import plan_recommendation
 from advisor.answers.request import RecommendationRequest
 from advisor.answers.rule import measured_verdict
 from advisor.answers.versus_default import KEEP_DEFAULTS_MARGIN, MIN_GAIN, NOISE_FACTOR, gain
+from advisor.errors import AdvisorError
 from advisor.objective import Objective
 from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
@@ -141,7 +142,7 @@ def audit_answers(store: TrialStore, models: KnowledgeModels, *,
                 try:
                     slo = parse_slo(slo_text)
                     slo.check_metrics(ctx.key.target, list(ctx.metrics))
-                except Exception:  # an SLO this context does not measure: nothing to check
+                except AdvisorError:  # an SLO this context does not measure: nothing to check
                     continue
                 _check(report, store, models, ctx, features, slo_text, objective_text, groups,
                        default_key)

@@ -104,6 +104,7 @@ def _hardware(store: TrialStore, q: ResolvedQuestion, this: str | None
     target; else the measured hardware with the most trials (of the model, if one was named)."""
     if q.request.hardware is not None:
         return q.request.hardware, []
+
     def counts_for(model_key: str | None) -> dict[str, int]:
         counts: dict[str, int] = {}
         for study in studies:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from advisor.errors import InputError, SLOParseError, WorkloadError
+from advisor.errors import SLOParseError, WorkloadError
 from advisor.inputs import LABEL_PATTERN, check_label, check_numbers, requested_slo
 from advisor.model_config import check_takes_model
 from advisor.objective import Objective
@@ -111,7 +111,7 @@ def resolve(request: RecommendationRequest, *, launch_model: str | None = None
     """Check ``request`` and resolve its names (one line errors: :class:`InputError` and
     subclasses, 422 over REST, exit 2 on the CLI)."""
     engine = get_target(request.target)
-    slo = requested_slo(request.slo)
+    slo = requested_slo(request.slo, engine.reported_metrics())
     slo.check_metrics(request.target, engine.reported_metrics())
     objective = Objective.parse(request.objective or engine.default_objective)
     if objective.metric not in engine.reported_metrics():
@@ -167,10 +167,3 @@ def _checked_workload(engine: Target, workload: dict[str, Any]) -> dict[str, flo
         out[key] = float(features[key])
     return out
 
-
-def _request_from_parts(**parts: Any) -> RecommendationRequest:
-    """A request from already-typed parts (the CLI), as one line on bad input."""
-    try:
-        return RecommendationRequest(**parts)
-    except ValueError as exc:
-        raise InputError(str(exc).splitlines()[-1].strip()) from None
