@@ -24,14 +24,20 @@ __all__ = ["JobStore", "pid_alive"]
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists on this host."""
+    """Whether a process with ``pid`` runs on this host. A zombie (dead, not yet reaped: an
+    orphan waits for the init process, which in some containers reaps late or never) is dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal check is all there is
+    return state != "Z"
 
 
 class JobStore:

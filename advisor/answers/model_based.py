@@ -817,13 +817,20 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
     for param in workload_params(features or {}):
         key, _, text = param.partition("=")
         params[key] = yaml.safe_load(text)
-    try:
-        # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name.
-        command = suggested_tune_command(
-            target, slo=str(slo), objective=str(objective), model=model,
-            workload=workload.split("@", 1)[0] if workload else None,
-            workload_params=params, trials=40)
-    except AdvisorError:
+    # Co-measured studies name their workload "<preset>@<rate>rps": the preset is the name. A
+    # measured workload that is no preset (a file, a name a script gave it) falls back to the
+    # target's default preset with the measured features.
+    preset = workload.split("@", 1)[0] if workload else None
+    command = None
+    for name in dict.fromkeys([preset, None]):
+        try:
+            command = suggested_tune_command(target, slo=str(slo), objective=str(objective),
+                                             model=model, workload=name,
+                                             workload_params=params, trials=40)
+            break
+        except AdvisorError:
+            continue
+    if command is None:
         return None
     check_label(command, "the suggested command")  # a newline would start another command
     return (f"{command}  # run on {check_label(hardware, 'the hardware')}" if hardware

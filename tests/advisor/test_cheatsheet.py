@@ -40,7 +40,11 @@ def test_rows_cover_every_workload_class_and_tier(store: TrialStore, models: Kno
     for r in sheet.rows:
         rec = r.recommendation
         if rec.config is not None:
-            assert all(m <= 0 for m in rec.conservative_margins.values())
+            # Each row meets its tier's SLO by the one rule: its windows at the workload where
+            # it has them, else the conservative end of every interval.
+            assert rec.verdict is not None and rec.verdict.meets
+            if rec.verdict.basis == "predicted":
+                assert all(m <= 0 for m in rec.conservative_margins.values())
             assert r.importance and math_close(sum(r.importance.values()), 1.0)
         assert r.evidence_count == 30
     only = build_cheatsheet(store, models=models, tier="standard", workload_class="N=4000")

@@ -272,7 +272,7 @@ def test_tune_names_the_starts_it_skipped(learnt: TrialStore, settings: Settings
     assert summary["budget"] == {"search_trials": 25, "search_done": 25, "paired_repeats": 0,
                                  "skipped_free": len(skipped), "skipped_charged": 0}
     main(["tune", "--target", "scripted", "--name", "cli", "--resume"])
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())  # as read, whatever the line width
     assert f"{len(skipped)} configs skipped: predicted to fail, never started, not charged " \
            "to the search budget" in text
     assert "budget: search 25/25 trials" in text
