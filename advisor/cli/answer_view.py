@@ -7,6 +7,7 @@ was decided by the planner.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +16,8 @@ from rich.table import Table
 from advisor.answers import Answer
 from advisor.answers.document import Figure
 from advisor.cli.render import compact_config, fmt_value
+from advisor.errors import AdvisorError
+from objectives.registry import get_target
 
 __all__ = ["answer_lines", "print_answer"]
 
@@ -32,7 +35,11 @@ def _config_text(answer: Answer) -> str | None:
         return None
     if answer.status == "keep_defaults":  # which values those are: what the user runs
         return f"the engine defaults ({compact_config(answer.config)})"
-    default = answer.default.config if answer.default is not None else None
+    default: dict[str, Any] | None
+    try:  # the space's defaults: a knob the default's stored form lacks ran at its default
+        default = get_target(answer.question.target).space().default_config()
+    except AdvisorError:
+        default = answer.default.config if answer.default is not None else None
     if default:
         changed = {k: v for k, v in answer.config.items() if default.get(k) != v}
         if changed and len(changed) < len(answer.config):
