@@ -15,6 +15,10 @@ from api.schemas import CheatSheetValuePublic, ErrorPublic
 router = APIRouter(prefix="/v1", tags=["cheat-sheet"], dependencies=[ReadAccess])
 
 _Name = Annotated[str | None, Query(max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+#: A workload class as the sheet names its rows (``chat @ 60 req/s, prompt 256, output 128``,
+#: ``stdlib-docs-8k (N=6000, d=384)``), or any part of one.
+_WorkloadClass = Annotated[str | None, Query(max_length=200,
+                                             pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:/@,=()-]*$")]
 Tier = Annotated[str | None, Query(max_length=32, pattern=r"^[a-z][a-z0-9_-]*$",
                                    description="SLO tier, e.g. `strict`, `standard`, `relaxed`")]
 
@@ -66,7 +70,7 @@ def negotiate(accept: str | None) -> Format:
     406: {"model": ErrorPublic, "description": "Accept names no format the sheet comes in"},
     422: {"model": ErrorPublic}})
 def cheatsheet(knowledge: KnowledgeDep, target: _Name = None, hardware: _Name = None,
-               model: _Name = None, workload_class: _Name = None, tier: Tier = None,
+               model: _Name = None, workload_class: _WorkloadClass = None, tier: Tier = None,
                format: Annotated[Format | None, Query(
                    description="json, markdown or html; without it the Accept header decides "
                                "(default json)")] = None,
@@ -94,7 +98,8 @@ async def cheatsheet_value(knowledge: KnowledgeDep,
                      target: Annotated[str, Query(min_length=1, max_length=64,
                                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
                      hardware: _Name = None, model: _Name = None,
-                     workload_class: _Name = None, tier: Tier = "standard") -> Response:
+                     workload_class: _WorkloadClass = None, tier: Tier = "standard"
+                     ) -> Response:
     """One knob's recommended value for a context, from the cached cheat-sheet (a lookup)."""
     query = {"knob": knob, "target": target, "hardware": hardware, "model": model,
              "workload_class": workload_class, "tier": tier or "standard"}
