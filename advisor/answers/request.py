@@ -8,13 +8,12 @@ stored under, so a door never parses a shape or a workload itself.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from advisor.errors import SLOParseError, WorkloadError
+from advisor.errors import SLOParseError, WorkloadError, did_you_mean
 from advisor.inputs import LABEL_PATTERN, check_label, check_numbers, requested_slo
 from advisor.model_config import check_takes_model
 from advisor.objective import Objective
@@ -158,10 +157,9 @@ def _checked_workload(engine: Target, workload: dict[str, Any]) -> dict[str, flo
             raise WorkloadError(f"workload feature {key!r} must be > 0, got {value}")
         features = workload_features({key: value})
         if key not in features:
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
             raise WorkloadError(f"unknown workload feature {key!r} for target {engine.name!r} "
-                                f"(its features: {', '.join(known) or 'none'}){hint}")
+                                f"(its features: {', '.join(known) or 'none'})"
+                                f"{did_you_mean(key, known)}")
         if value == 0:
             raise WorkloadError(f"workload feature {key!r} must be > 0, got {value}")
         out[key] = float(features[key])
