@@ -1,10 +1,10 @@
 """The tuning cheat-sheet: per target × hardware × model × workload class, three SLO tiers
-(interactive, standard, throughput) with the recommended knob values, predicted metrics, knob
+(interactive, standard, throughput) with the recommended knob values, their figures, knob
 importance, and rules of thumb fitted to the measured trials.
 
-Every row is a model-based recommendation (advisor/answers/model_based.py) for the tier's SLO at
-a measured workload, so rows carry the same intervals, evidence and confidence as
-``advisor recommend``.
+Every row is the planner's answer (advisor/answers/planner.py ``plan_recommendation``) to the
+tier's SLO at a measured workload: the same document, figures, verdict and evidence that
+``advisor recommend --json`` prints for that question, so the sheet can never disagree with it.
 Each context also carries the measured data of its figures (advisor/sheet_figures.py: latency
 against arrival rate, recall against QPS). Renderers (Markdown, static HTML with inline SVG plots
 drawn by matplotlib) live in knowledge/render.py and knowledge/plots.py.
@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from advisor.answers.model_based import ModelRecommendation, RecommendationQuery, recommend
+from advisor.answers import RecommendationRequest, plan_recommendation
+from advisor.answers.document import Answer
 from advisor.errors import InputError, NotFoundError
 from advisor.sheet_figures import (
     SERVING_PANELS,
@@ -75,7 +76,9 @@ class CheatSheetRow:
     workload_class: str
     workload: dict[str, float]
     tier: Tier
-    recommendation: ModelRecommendation
+    #: The planner's answer for the tier's SLO at this workload: the document `advisor
+    #: recommend --json` prints for the same question.
+    answer: Answer
     importance: dict[str, float]
     evidence_count: int
     #: Mean ms per pipeline stage at the recommended config, and whether predicted or, with
@@ -91,20 +94,22 @@ class CheatSheetRow:
         return max(self.stage_budget_ms, key=lambda s: self.stage_budget_ms[s])
 
     def to_dict(self) -> dict[str, Any]:
-        rec = self.recommendation
+        a = self.answer
         return {
             "target": self.target, "hardware_key": self.hardware_key, "model": self.model,
             "engine_version": self.engine_version, "workload_class": self.workload_class,
             "workload": self.workload, "tier": self.tier.name, "slo": self.tier.slo,
             "objective": self.tier.objective, "tier_description": self.tier.description,
-            "status": rec.status, "answer": rec.answer, "config": rec.config,
-            "baseline": None if rec.baseline is None else rec.baseline.to_dict(),
-            "predicted": {m: p.to_dict() for m, p in rec.predicted.items()},
-            "confidence": rec.confidence, "confidence_reason": rec.confidence_reason,
-            "launch_command": rec.launch_command, "knob_importance": self.importance,
+            "status": a.status, "answer": a.answer, "basis": a.basis, "summary": a.summary,
+            "config": a.config,
+            "verdict": None if a.verdict is None else a.verdict.model_dump(mode="json"),
+            "comparison": None if a.comparison is None else a.comparison.model_dump(mode="json"),
+            "figures": {m: f.model_dump(mode="json") for m, f in a.figures.items()},
+            "confidence": a.confidence.level, "confidence_reason": a.confidence.reason,
+            "launch_command": a.launch_command, "knob_importance": self.importance,
             "evidence_count": self.evidence_count,
-            "evidence_trial_ids": [e.trial_id for e in rec.evidence],
-            "tune_command": rec.tune_command,
+            "evidence_trial_ids": [e.trial_id for e in a.evidence],
+            "tune_command": a.next.tune_command,
             "stage_budget_ms": self.stage_budget_ms,
             "stage_budget_source": self.stage_budget_source,
             "dominant_stage": self.dominant_stage,
@@ -146,9 +151,10 @@ class CheatSheet:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "slo-advisor-cheatsheet/1", "filters": self.filters,
                 "trials": self.trials,
-                "note": "Knob values are model-based recommendations for each tier's SLO at a "
-                        "measured workload; predicted metrics are predictions with 90% "
-                        "intervals; rules of thumb are fitted to measured trials",
+                "note": "Each row is the answer `advisor recommend` gives for the tier's SLO at "
+                        "a measured workload; a figure is measured (median of its windows "
+                        "there) or predicted (90% interval), as its basis says; rules of "
+                        "thumb are fitted to measured trials",
                 "rows": [r.to_dict() for r in self.rows],
                 "contexts": [s.to_dict() for s in self.sections]}
 
@@ -320,18 +326,19 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
             front["plot"] = kind == "other"
             pareto.append(front)
             for t in tiers:
-                rec = recommend(store, RecommendationQuery(
+                answer = plan_recommendation(store, RecommendationRequest(
                     target=key.target, slo=t.slo, objective=t.objective,
                     hardware=key.hardware_key, model=key.model, workload=dict(w.features)),
                     models=models)
                 obj_metric = t.objective.split(":", 1)[1]
-                recommended.update({(same.spec_hash, t.name): rec.config for same in members})
-                budget, source = _stage_budget(ctx, rec.config, w, hashes)
+                recommended.update({(same.spec_hash, t.name): answer.config
+                                    for same in members})
+                budget, source = _stage_budget(ctx, answer.config, w, hashes)
                 rows.append(CheatSheetRow(
                     target=key.target, hardware_key=key.hardware_key, model=key.model,
                     engine_version=key.engine_version, workload_class=name,
-                    workload=dict(w.features), tier=t, recommendation=rec,
-                    importance=_importance(ctx, rec.config, w.features, obj_metric),
+                    workload=dict(w.features), tier=t, answer=answer,
+                    importance=_importance(ctx, answer.config, w.features, obj_metric),
                     evidence_count=sum(1 for h in ctx.trial_workload if h in hashes),
                     stage_budget_ms=budget, stage_budget_source=source))
         if not pareto:
@@ -374,12 +381,12 @@ def knob_value(sheet: CheatSheet, knob: str, *, target: str, hardware: str | Non
             f"workload_class {workload_class!r} matches {len(classes)} cheat-sheet rows of "
             f"{target}: {'; '.join(classes)}; give the one you mean (its rate or size) as "
             "workload_class")
-    answered = [r for r in rows if r.recommendation.config is not None]
+    answered = [r for r in rows if r.answer.config is not None]
     if not answered:
         raise NotFoundError(f"no config meets the {tier} tier's SLO ({rows[0].tier.slo}) for "
-                            f"{rows[0].workload_class}: {rows[0].recommendation.status}")
+                            f"{rows[0].workload_class}: {rows[0].answer.status}")
     row = max(answered, key=lambda r: r.evidence_count)
-    config = row.recommendation.config or {}
+    config = row.answer.config or {}
     if knob not in config:
         raise NotFoundError(f"knob {knob!r} is not set by the {tier} recommendation for "
                             f"{row.workload_class} (its config: {config})")
@@ -388,10 +395,10 @@ def knob_value(sheet: CheatSheet, knob: str, *, target: str, hardware: str | Non
         "objective": row.tier.objective, "target": row.target,
         "hardware_key": row.hardware_key, "model": row.model,
         "engine_version": row.engine_version, "workload_class": row.workload_class,
-        "config": config, "answer": row.recommendation.answer,
-        "predicted": {m: p.to_dict() for m, p in row.recommendation.predicted.items()},
+        "config": config, "answer": row.answer.answer, "summary": row.answer.summary,
+        "figures": {m: f.model_dump(mode="json") for m, f in row.answer.figures.items()},
         "importance": row.importance.get(knob), "evidence_count": row.evidence_count,
-        "confidence": row.recommendation.confidence, "matching_rows": len(rows),
+        "confidence": row.answer.confidence.level, "matching_rows": len(rows),
     }
 
 

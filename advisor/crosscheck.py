@@ -39,7 +39,7 @@ import httpx
 from advisor import __version__
 from advisor.errors import AdvisorError, WorkloadError
 from advisor.inputs import requested_slo
-from advisor.trial_records import new_trial_record
+from advisor.trial_records import new_trial_record, trial_hardware_key
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.models import StudyStatus
 from knowledge.validity import is_usable
@@ -560,7 +560,8 @@ class _Recorder:
                 objective_metric=metric, objective_direction=direction,
                 workload_spec=workload.spec, workload_hash=workload.spec_hash,
                 sampler="none", seed=None, n_trials=0,
-                hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
+                hardware_key=trial_hardware_key(self.plan.target, fingerprint()),
+                advisor_version=__version__,
                 data_provenance={"recorded_by": "advisor crosscheck",
                                  "crosscheck_session": self.session,
                                  "co_resident": self.plan.co_resident,

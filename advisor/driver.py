@@ -71,7 +71,7 @@ from advisor.study_spec import (
     gate_settings,
 )
 from advisor.swept_trials import chosen_point
-from advisor.trial_records import config_hash, new_trial_record
+from advisor.trial_records import config_hash, new_trial_record, trial_hardware_key
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from knowledge.leases import StudyLease
@@ -353,8 +353,8 @@ class StudyDriver:
             objective_metric=spec.objective.metric, objective_direction=spec.objective.direction,
             workload_spec=spec.workload.spec, workload_hash=spec.workload.spec_hash,
             sampler=spec.sampler, seed=spec.seed, n_trials=spec.n_trials,
-            hardware_key=str(fingerprint()["key"]), advisor_version=__version__,
-            data_provenance=provenance, spec=stored.to_document(),
+            hardware_key=trial_hardware_key(spec.target, fingerprint()),
+            advisor_version=__version__, data_provenance=provenance, spec=stored.to_document(),
         ))
 
     def _stored(self, study: StudyRecord) -> StoredStudy:
@@ -740,7 +740,8 @@ class StudyDriver:
         swept = (frozenset(self._swept.get(spec.name, ()))
                  if not companions and not repeat else frozenset())
         config = suggest_config(otrial, space, swept)
-        hw = fingerprint()
+        # The machine as this target's trials are filed (a CPU-only engine: the CPU's key).
+        hw = {**fingerprint(), "key": trial_hardware_key(spec.target, fingerprint())}
         # Its role, the trial it re-measures, where a warm start found the config, ...
         details = trial_details(otrial.user_attrs)
         role, requeued = details.get("role"), details.get("requeued_from_trial")
@@ -1010,7 +1011,7 @@ class StudyDriver:
         if existing is not None:
             rec = self.store.restart_trial(existing.id or 0)
         else:
-            hw = fingerprint()
+            hw = {**fingerprint(), "key": trial_hardware_key(spec.target, fingerprint())}
             claimed = self.store.claim_trial(new_trial_record(
                 study_id=study.id or 0, number=number, optuna_trial_id=optuna_trial_id,
                 target=spec.target, config=config, workload=spec.workload, hardware=hw,

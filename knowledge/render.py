@@ -45,15 +45,23 @@ def _config_text(config: Mapping[str, Any] | None) -> str:
 NOT_MODELLED_MAPE = 1.0
 
 
-def _predicted_text(predicted: Mapping[str, Mapping[str, float]],
-                    quality: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    def one(m: str, p: Mapping[str, float]) -> str:
+def _figures_text(figures: Mapping[str, Mapping[str, Any]],
+                  quality: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """A row's figures as its answer gives them: a measured one as the median of its windows
+    (``measured, 3 windows``), a predicted one with its 90 % interval, or "not modelled" where
+    the model's held-out error makes a prediction noise."""
+    def one(m: str, f: Mapping[str, Any]) -> str:
+        if f.get("basis") == "measured":
+            n = f.get("windows")
+            return f"{m} {_fmt(f['value'])} (measured{f', {n} windows' if n else ''})"
         mape = (quality or {}).get(m, {}).get("mape")
         if mape is not None and mape > NOT_MODELLED_MAPE:
             return f"{m} not modelled (held-out error {mape:.0%})"
-        return f"{m} {_fmt(p['value'])} [{_fmt(p['low'])}, {_fmt(p['high'])}]"
+        if f.get("low") is None or f.get("high") is None:
+            return f"{m} {_fmt(f['value'])} (predicted)"
+        return f"{m} {_fmt(f['value'])} [{_fmt(f['low'])}, {_fmt(f['high'])}]"
 
-    return "; ".join(one(m, p) for m, p in predicted.items())
+    return "; ".join(one(m, f) for m, f in figures.items())
 
 
 def _stage_text(row: Mapping[str, Any]) -> str:
@@ -71,7 +79,7 @@ def _knobs_text(row: Mapping[str, Any]) -> str:
     if not row["config"]:
         return f"*{row['status']}*"
     if row.get("answer") == "keep_defaults":
-        why = (row.get("baseline") or {}).get("reason", "")
+        why = (row.get("comparison") or {}).get("reason", "")
         return f"**defaults**{': ' + why if why else ''}"
     return _config_text(row["config"])
 
@@ -131,15 +139,16 @@ def render_markdown(sheet: Mapping[str, Any]) -> str:
     for section in sheet["contexts"]:
         lines += [f"## {section['label']}", "",
                   f"{section['trials']} measured trials. Columns: tier (its SLO), recommended "
-                  "knobs, predicted metrics with 90% intervals, the knobs that move the "
+                  "knobs, figures (measured: median of the windows there; predicted: 90% "
+                  "interval), the knobs that move the "
                   "objective most, confidence, measured trials at that workload.", "",
-                  "| workload | tier | SLO / objective | knobs | predicted | importance | "
+                  "| workload | tier | SLO / objective | knobs | figures | importance | "
                   "confidence | evidence |", "|---|---|---|---|---|---|---|---|"]
         for r in _rows_of(rows, section):
             knobs = _knobs_text(r)
             lines.append(
                 f"| {r['workload_class']} | {r['tier']} | `{r['slo']}` {r['objective']} | "
-                f"{knobs} | {_predicted_text(r['predicted'], section['model_quality']) or '-'}"
+                f"{knobs} | {_figures_text(r['figures'], section['model_quality']) or '-'}"
                 f"{'; ' + _stage_text(r) if _stage_text(r) else ''} | "
                 f"{_importance_text(r['knob_importance'])} | {r['confidence']} | "
                 f"{r['evidence_count']} trials |")
@@ -249,13 +258,13 @@ def _rows_html(rows: Sequence[Mapping[str, Any]],
                quality: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     e = html.escape
     parts = ["<table><tr><th>workload</th><th>tier</th><th>SLO / objective</th>"
-             "<th>recommended knobs</th><th>predicted (90% interval)</th>"
+             "<th>recommended knobs</th><th>figures (measured, or predicted: 90% interval)</th>"
              "<th>knob importance</th><th>confidence</th><th>evidence</th>"
              "<th>launch</th></tr>"]
     for r in rows:
         knobs = e(_config_text(r["config"])) if r["config"] else f"<i>{e(r['status'])}</i>"
         if r["config"] and r.get("answer") == "keep_defaults":
-            why = (r.get("baseline") or {}).get("reason", "")
+            why = (r.get("comparison") or {}).get("reason", "")
             knobs = ("<b>defaults</b>"
                      + (f"<br><span class='note'>{e(why)}</span>" if why else ""))
         if not r["config"] and r.get("tune_command"):
@@ -266,7 +275,7 @@ def _rows_html(rows: Sequence[Mapping[str, Any]],
         parts.append(
             f"<tr><td>{e(r['workload_class'])}</td><td>{e(r['tier'])}</td>"
             f"<td><code>{e(r['slo'])}</code><br>{e(r['objective'])}</td><td>{knobs}</td>"
-            f"<td>{e(_predicted_text(r['predicted'], quality) or '-')}"
+            f"<td>{e(_figures_text(r['figures'], quality) or '-')}"
             f"{'<br>' + e(_stage_text(r)) if _stage_text(r) else ''}</td>"
             f"<td>{e(_importance_text(r['knob_importance']))}</td>"
             f"<td title='{e(r['confidence_reason'])}'>{e(r['confidence'])}</td>"

@@ -11,10 +11,11 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["fingerprint", "hardware_key"]
+__all__ = ["filed_under", "fingerprint", "hardware_key"]
 
 
 def _cpu_model() -> str:
@@ -96,6 +97,19 @@ def hardware_key_for(gpus: list[dict[str, Any]], cpu_model: str, cpu_count: int)
         return f"{len(gpus)}x-nvidia-{name}"
     model = _slug(re.sub(r"\(R\)|\(TM\)|CPU|@.*$", "", cpu_model))
     return f"cpu-{model}-{cpu_count}c"
+
+
+def filed_under(hardware: Mapping[str, Any], *, uses_accelerator: bool) -> str:
+    """The hardware key a trial measured on ``hardware`` (a :func:`fingerprint`) is filed
+    under: the machine's key, or, for an engine that runs on the CPU only, the key of the CPU
+    alone (a GPU host's CPU is not the GPU). A fingerprint without its CPU facts keeps its key."""
+    key = str(hardware.get("key", ""))
+    if uses_accelerator or not hardware.get("gpus"):
+        return key
+    cpu_model, cpu_count = hardware.get("cpu_model"), hardware.get("cpu_count")
+    if not cpu_model or not cpu_count:
+        return key
+    return hardware_key_for([], str(cpu_model), int(cpu_count))
 
 
 def hardware_key() -> str:

@@ -64,6 +64,10 @@ class Target(ABC):
     #: Other names prose and code use for this engine (``TensorRT`` for ``tensorrt-llm``); the
     #: generic layers must not spell them either (tests/test_vocabulary.py).
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: Whether the engine runs on the machine's accelerators. False: it runs on the CPU only,
+    #: so its trials are filed under the CPU's hardware key even on a machine with GPUs (a
+    #: vector index measured on a GPU host's CPU says nothing about that GPU).
+    uses_accelerator: ClassVar[bool] = True
 
     def reported_metrics(self) -> frozenset[str]:
         """Names of the metrics ``run`` reports (SLOs and objectives may only use these)."""

@@ -29,6 +29,7 @@ from advisor.sweeps.drift import CellDrift, compare_cell
 from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
 from advisor.sweeps.spec import CellSpec, SweepSpec
 from advisor.sweeps.warmstart import warm_start_configs
+from advisor.trial_records import trial_hardware_key
 from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.models import SweepRunRecord, SweepRunStatus
@@ -134,13 +135,23 @@ class SweepRunner:
 
     # plan ------------------------------------------------------------------------------------
 
+    def _hardware_key(self, cell: CellSpec) -> str:
+        """The key a cell's trials are filed under: the backend's share of this machine, or
+        the CPU's key for a target that runs on the CPU only."""
+        try:
+            uses_accelerator = target_class(cell.target).uses_accelerator
+        except UnknownTargetError:
+            uses_accelerator = True
+        if uses_accelerator:
+            return self.backend.trial_hardware_key()
+        return trial_hardware_key(cell.target, fingerprint())
+
     def plan(self, workers: int) -> list[CellPlan]:
         """Estimated cost per cell, from the durations of stored trials of the same target on
         this hardware (same workload when there are some), else a per-target guess."""
-        hw = self.backend.trial_hardware_key()
         plans = []
         for cell in self.spec.cells:
-            durations, basis = _durations(self.store, cell, hw)
+            durations, basis = _durations(self.store, cell, self._hardware_key(cell))
             if durations:
                 est = statistics.median(durations)
             else:
@@ -293,8 +304,7 @@ class SweepRunner:
             s.add(rec)
             s.commit()
         warm = warm_start_configs(
-            self.store, cell, hardware_key=self.backend.trial_hardware_key(),
-            previous_best=prev_best,
+            self.store, cell, hardware_key=self._hardware_key(cell), previous_best=prev_best,
             use_recommendation=self.spec.warm_start_recommendation,
             best_known=self.spec.warm_start_best_known, models=models)
         queued = 0

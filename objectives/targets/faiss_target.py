@@ -110,6 +110,8 @@ class FaissTarget(Target):
     workload_kind: ClassVar[str] = KIND
     metric_families: ClassVar[tuple[str, ...]] = (VECTOR_SEARCH,)
     trial_time_estimate_s: ClassVar[float] = 5.0
+    #: The CPU build: a trial on a GPU host measures its CPU.
+    uses_accelerator: ClassVar[bool] = False
     description: ClassVar[str] = (
         "Approximate nearest-neighbour search with faiss-cpu (IVF-Flat, IVF-PQ, HNSW, IVF-HNSW)"
     )

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from advisor.answers import RecommendationRequest, plan_recommendation
 from advisor.cheatsheet import build_cheatsheet, knob_value
 from advisor.errors import NotFoundError
 from knowledge import TrialStore
@@ -38,13 +39,13 @@ def test_rows_cover_every_workload_class_and_tier(store: TrialStore, models: Kno
     assert {r.tier.name for r in sheet.rows} == {"interactive", "standard", "throughput"}
     assert len(sheet.rows) == 6 and len(sheet.sections) == 1
     for r in sheet.rows:
-        rec = r.recommendation
+        rec = r.answer
         if rec.config is not None:
             # Each row meets its tier's SLO by the one rule: its windows at the workload where
             # it has them, else the conservative end of every interval.
-            assert rec.verdict is not None and rec.verdict.meets
+            assert rec.verdict is not None and rec.verdict.meets_slo
             if rec.verdict.basis == "predicted":
-                assert all(m <= 0 for m in rec.conservative_margins.values())
+                assert all(m <= 0 for m in rec.verdict.margins.values())
             assert r.importance and math_close(sum(r.importance.values()), 1.0)
         assert r.evidence_count == 30
     only = build_cheatsheet(store, models=models, tier="standard", workload_class="N=4000")
@@ -66,8 +67,7 @@ def test_renderings_are_complete_and_offline(store: TrialStore, models: Knowledg
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<svg" in page and "Pareto front" in page
     # Each launch command is folded in its cell (native <details>), whole when unfolded.
-    launches = [r.recommendation.launch_command for r in sheet.rows
-                if r.recommendation.launch_command]
+    launches = [r.answer.launch_command for r in sheet.rows if r.answer.launch_command]
     assert launches and page.count("<details><summary>") == len(launches)
     assert all(f"<pre>{html.escape(c)}</pre></details>" in page for c in launches)
     # self-contained: no scripts, no external resources (only in-page #fragment references;
@@ -76,15 +76,32 @@ def test_renderings_are_complete_and_offline(store: TrialStore, models: Knowledg
     assert not re.findall(r"https?://(?!www\.w3\.org/(2000/svg|1999/xlink))", page)
 
 
+def test_every_row_is_the_answer_recommend_gives(store: TrialStore,
+                                                 models: KnowledgeModels) -> None:
+    """A row is the planner's document for its question: `advisor recommend --json` asked the
+    tier's SLO at the row's workload prints the same config, verdict, figures and evidence."""
+    sheet = build_cheatsheet(store, models=models)
+    for row in sheet.rows:
+        asked = plan_recommendation(store, RecommendationRequest(
+            target=row.target, slo=row.tier.slo, objective=row.tier.objective,
+            hardware=row.hardware_key, model=row.model, workload=row.workload), models=models)
+        assert asked.to_json_bytes() == row.answer.to_json_bytes()
+        shown = row.to_dict()
+        assert (shown["status"], shown["config"], shown["verdict"]) == (
+            asked.status, asked.config, None if asked.verdict is None
+            else asked.verdict.model_dump(mode="json"))
+        assert shown["evidence_trial_ids"] == [e.trial_id for e in asked.evidence]
+
+
 def test_knob_value_answers_and_not_found_is_an_error(store: TrialStore,
                                                       models: KnowledgeModels) -> None:
     sheet = build_cheatsheet(store, models=models)
     row = next(r for r in sheet.rows if r.tier.name == "throughput"
-               and r.recommendation.config is not None)
+               and r.answer.config is not None)
     got = knob_value(sheet, "x", target="scripted", workload_class=row.workload_class,
                      tier="throughput")
-    assert got["value"] == (row.recommendation.config or {})["x"]
-    assert got["evidence_count"] == 30 and got["predicted"]
+    assert got["value"] == (row.answer.config or {})["x"]
+    assert got["evidence_count"] == 30 and got["figures"]
     with pytest.raises(NotFoundError):
         knob_value(sheet, "x", target="faiss")
     with pytest.raises(NotFoundError):

@@ -35,7 +35,7 @@ def test_rag_rows_name_the_dominant_stage(store: TrialStore) -> None:
         budget = row.stage_budget_ms
         assert set(budget) == {"embed", "retrieve", "prefill", "decode"}
         assert row.dominant_stage == max(budget, key=lambda s: budget[s])
-        if row.recommendation.config is None:
+        if row.answer.config is None:
             # No config met the tier: the budget is the measured mean over the trials.
             assert row.stage_budget_source.startswith("measured")
             mean_decode = sum(t["metrics"]["decode_mean_ms"] for t in measured) / len(measured)

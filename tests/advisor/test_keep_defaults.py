@@ -209,11 +209,11 @@ def test_cheatsheet_rows_say_keep_the_defaults(store: TrialStore, models: Knowle
     sheet = build_cheatsheet(store, target="scripted", models=models)
     by_tier = {r.tier.name: r for r in sheet.rows}
     standard = by_tier["standard"]
-    assert standard.tier.slo == WITHIN and standard.recommendation.answer == "keep_defaults"
-    assert by_tier["throughput"].recommendation.answer == "config"
+    assert standard.tier.slo == WITHIN and standard.answer.answer == "keep_defaults"
+    assert by_tier["throughput"].answer.answer == "config"
     row = next(r for r in sheet.to_dict()["rows"] if r["tier"] == "standard")
     assert row["answer"] == "keep_defaults" and row["config"] == DEFAULT
-    assert row["baseline"]["reason"]
+    assert row["comparison"]["reason"]
     md, page = sheet.to_markdown(), sheet.to_html()
     # A keep-the-defaults row says "defaults" instead of repeating every knob.
     assert "| **defaults**: " in md and "x=0.5 y=8 mode=a" not in md.split("**defaults**")[1][:40]

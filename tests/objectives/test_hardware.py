@@ -34,3 +34,62 @@ def test_cuda_visible_devices_narrows_the_gpus(monkeypatch: pytest.MonkeyPatch, 
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert hardware._visible(index, uuid) is expected
+
+
+_GPU_HOST = {"key": "1x-nvidia-h200", "cpu_model": "Intel(R) Xeon(R) Processor", "cpu_count": 16,
+             "gpus": [{"name": "NVIDIA H200", "memory_mib": 143771.0, "driver": "580"}]}
+
+
+def test_a_cpu_only_engine_is_filed_under_the_cpu_of_a_gpu_host() -> None:
+    assert hardware.filed_under(_GPU_HOST, uses_accelerator=True) == "1x-nvidia-h200"
+    assert (hardware.filed_under(_GPU_HOST, uses_accelerator=False)
+            == "cpu-intel-xeon-processor-16c")
+    cpu_host = {**_GPU_HOST, "gpus": [], "key": "cpu-intel-xeon-processor-2c", "cpu_count": 2}
+    assert hardware.filed_under(cpu_host, uses_accelerator=False) == cpu_host["key"]
+    # A fingerprint without its CPU facts keeps the key it has.
+    assert hardware.filed_under({"key": "1x-nvidia-h200", "gpus": [{}]},
+                                uses_accelerator=False) == "1x-nvidia-h200"
+
+
+def test_targets_declare_where_their_trials_are_filed() -> None:
+    from advisor.trial_records import trial_hardware_key
+
+    assert trial_hardware_key("faiss", _GPU_HOST) == "cpu-intel-xeon-processor-16c"
+    assert trial_hardware_key("vllm", _GPU_HOST) == "1x-nvidia-h200"
+    assert trial_hardware_key("no-such-target", _GPU_HOST) == "1x-nvidia-h200"
+
+
+def test_shipped_trials_of_cpu_only_targets_are_filed_under_a_cpu() -> None:
+    """No shipped trial of an engine that runs on the CPU only sits in a GPU's context (the
+    FAISS sweep measured on the H200 host's CPU was once filed under the H200)."""
+    import json
+
+    from knowledge.transfer import read_trials_text, shipped_files
+    from objectives.registry import target_class, target_names
+
+    cpu_only = {n for n in target_names() if not target_class(n).uses_accelerator}
+    assert "faiss" in cpu_only
+    seen = 0
+    for path in shipped_files():
+        for line in read_trials_text(path).splitlines():
+            row = json.loads(line)
+            if row.get("format") == "slo-advisor-trial/1" and row["trial"]["target"] in cpu_only:
+                seen += 1
+                assert row["trial"]["hardware_key"].startswith("cpu-"), path.name
+                assert row["study"]["hardware_key"].startswith("cpu-"), path.name
+    assert seen > 900
+
+
+def test_refiling_an_old_export_rewrites_every_key_of_the_line() -> None:
+    import json
+
+    from scripts.knowledge.refile_hardware import refile_line
+
+    line = json.dumps({"format": "slo-advisor-trial/1",
+                       "study": {"name": "s", "hardware_key": "1x-nvidia-h200"},
+                       "trial": {"target": "faiss", "hardware_key": "1x-nvidia-h200",
+                                 "hardware": _GPU_HOST}})
+    new, change = refile_line(line)
+    assert change == ("1x-nvidia-h200", "cpu-intel-xeon-processor-16c")
+    assert "1x-nvidia-h200" not in new and new.count("cpu-intel-xeon-processor-16c") == 3
+    assert refile_line(new) == (new, None)
