@@ -7,8 +7,8 @@ rate times the surrogates' ratio of the two configs there) and the reference cur
 
 Scores only held-out trials whose config has no curve of any form on the training side (a
 config measured at other rates is a held-out *rate*, which the curves answer). Prints one line
-per context and metric; the figures in docs/knowledge.md (load curves, held-out configs) come
-from this script.
+per context and metric; the figures in docs/benchmarks/load-curves-2026-12-06/ (held-out configs)
+come from this script.
 """
 
 from __future__ import annotations

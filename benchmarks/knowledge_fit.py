@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/knowledge_fit.py --rounds 3
 
 Prints each round's seconds and the per-round ratio (children / one process) with the median;
-the figures in docs/knowledge.md come from this script.
+the figures in docs/benchmarks/surrogates-2026-12-06/ (fit time) come from this script.
 """
 
 from __future__ import annotations

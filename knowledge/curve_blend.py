@@ -5,7 +5,8 @@ measured at; a simulator of the engine (knowledge/batch_sim.py, driven through t
 adapter) computes the same figures from how the engine schedules work. Their errors differ in
 kind: the curve misplaces a knee that falls between two measured rates, the simulator misses
 what its step model leaves out. On the shipped GPU data their geometric mean predicted held-out
-rates better than either for some figures and worse for others (docs/knowledge.md), so the
+rates better than either for some figures and worse for others
+(docs/benchmarks/batch-simulator-2026-12-05/), so the
 choice is made per context and metric from the context's own data, never from the trials an
 answer is scored on: the curves' leave-one-rate-out predictions (made for their intervals)
 against the same predictions blended with the simulator. A metric the blend does not improve
@@ -43,7 +44,7 @@ ENTRY_POINT_GROUP = "slo_advisor.load_simulators"
 #: were named before the blend was first scored
 #: (docs/benchmarks/h200-batch-sim-2026-12-04/batch_sim.py); scored beside it on
 #: the 8B's TTFT p95, 0.25 lost on both held-out tests and 0.75 won on one and lost on the
-#: other (docs/knowledge.md), so the named weight stays.
+#: other (docs/benchmarks/batch-simulator-2026-12-05/), so the named weight stays.
 SIM_WEIGHT = 0.5
 #: A metric is blended only where at least this many held-out predictions compared the two.
 MIN_HELD_OUT = 10
@@ -167,7 +168,8 @@ class CurveBlend:
 
         Held out by config on the shipped 8B trials, and on configs measured after their
         prediction was committed, this beat the knob-level answer alone on the first-token
-        latency and kept its intervals' coverage (docs/knowledge.md). No held-out-config
+        latency and kept its intervals' coverage
+        (docs/benchmarks/batch-simulator-2026-12-05/). No held-out-config
         residuals calibrate it per context, so the interval is the knob-level one's log
         half-width (its wider side) around the blend: on both of those tests it held at least
         as many measurements as the knob-level interval."""

@@ -8,7 +8,8 @@ a queue), non-decreasing in the rate, instead of a black box's guess at one rate
 
 Three regressors compete (:data:`FAMILIES`) and a fourth is the baseline they must beat:
 ``mean`` (every measured config's average curve, no knobs). Which one answers is chosen on
-held-out configs (``docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py``; docs/knowledge.md).
+held-out configs (``docs/benchmarks/h200-knobs-2026-12-04/curve_knobs.py``;
+docs/benchmarks/load-curves-2026-12-06/).
 Like the curves, nothing here
 names an engine, a knob or a metric: the roles come from :class:`~knowledge.load_curve.LoadRoles`
 and the knobs from the context's :class:`~knowledge.surrogates.FeatureEncoder`.

@@ -72,3 +72,38 @@ def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {match.group(1)}")
     assert not broken, f"links to nothing: {broken}"
+
+
+def _heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown page's headings: lower case, punctuation but hyphens
+    and underscores dropped, spaces as hyphens, a repeated heading numbered -1, -2, ..."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def test_every_link_anchor_in_the_readme_and_docs_names_a_heading() -> None:
+    """A section moved (or renamed) out of a page takes its anchor with it: a `page.md#section`
+    link left behind would open the page at its top, silently."""
+    link = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+    broken = []
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for match in link.finditer(text):
+            target, _, anchor = match.group(1).partition("#")
+            if not anchor or re.match(r"^[a-z]+:", target):
+                continue
+            linked = page if not target else page.parent / target
+            if linked.is_dir():
+                linked = linked / "README.md"
+            if linked.suffix != ".md" or not linked.exists():
+                continue  # a missing file is the test above's to report
+            if anchor not in _heading_anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {match.group(1)}")
+    assert not broken, f"links to a heading no page has: {broken}"

@@ -3,7 +3,7 @@
 One asyncio loop parses every SSE line of every stream. On the H200, at ~12,600 streamed tokens/s
 (Llama-3.2-1B shape, 150 req/s), a single client process fell behind: it read chunks in bursts, so
 inter-token latencies came out as 0 ms and 99 ms where ``vllm bench serve`` saw 19 and 35 ms
-(docs/engines.md, the client cross-check). :func:`run_load_sharded` splits the requests
+(docs/metrics.md, when the client is the bottleneck). :func:`run_load_sharded` splits the requests
 round-robin by arrival over ``processes`` spawned workers, each running
 :func:`objectives.llm.client.run_load_async` on its share, all from one time zero: the parent
 starts them, waits until every worker is ready (imports done, loop running), then hands out one

@@ -42,12 +42,13 @@ SEEDS = 3
 #: Streams simulated for a config whose batch limits were never measured in its step class:
 #: its figures only blend a knob-level answer whose interval width they keep
 #: (knowledge/curve_blend.py), and a question simulates about a hundred such candidates, so one
-#: stream each (docs/knowledge.md gives what that cost and changed).
+#: stream each (docs/benchmarks/batch-simulator-2026-12-05/ gives what that cost and changed).
 UNMEASURED_SEEDS = 1
 #: The seeds of those streams start this far above the stored workload's own.
 SEED_OFFSET = 1000
 #: The frontend costs the fit chooses from: none. Choosing among the simulator's frontend costs
-#: scored no better on the shipped data and took ~3.6x the fit (docs/knowledge.md).
+#: scored no better on the shipped data and took ~3.6x the fit
+#: (docs/benchmarks/batch-simulator-2026-12-05/).
 FRONTEND_COSTS = (NO_FRONTEND.per_token_ms,)
 #: Workload features that must match a stored workload's for its stream to be moved to the
 #: asked rate (the rate is what moves).

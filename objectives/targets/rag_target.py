@@ -121,8 +121,9 @@ class RagTarget(GoodputFromSLO, Target):
         "with a per-stage breakdown"
     )
     default_objective: ClassVar[str] = "maximize:goodput_requests_per_s"
-    # Measured on a 2-core CPU, tiny-llama on rag-cpu, 20 trials (docs/rag.md): E2E p95 252-726
-    # ms, TTFT p95 140-397 ms, recall@5 0.21-1.0; 1 of the 19 measured configs met these bounds.
+    # Measured on a 2-core CPU, tiny-llama on rag-cpu, 20 trials
+    # (docs/benchmarks/cpu-rag-2026-11-30/): E2E p95 252-726 ms, TTFT p95 140-397 ms,
+    # recall@5 0.21-1.0; 1 of the 19 measured configs met these bounds.
     default_slo: ClassVar[str] = "e2e_p95_ms<=300,ttft_p95_ms<=150,recall_at_5>=0.9"
     install_hint: ClassVar[str] = (
         "pip install 'slo-advisor[llm,faiss,embed]' (transformers, torch, faiss-cpu, "

