@@ -95,13 +95,14 @@ def print_answer(console: Console, answer: Answer, explain: bool = False) -> Non
         for line in answer_lines(answer, explain):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
+    # Prose is wrapped by rich at word boundaries (a terminal's own wrap splits words); a
+    # command stays one line (soft_wrap) so it copies whole.
     colour = "green" if answer.found else "yellow"
-    console.print(f"[bold {colour}]{escape(answer.summary)}[/bold {colour}]", soft_wrap=True)
+    console.print(f"[bold {colour}]{escape(answer.summary)}[/bold {colour}]")
     if (config := _config_text(answer)) is not None:
-        console.print(f"  {escape(config)}", soft_wrap=True, highlight=False)
+        console.print(f"  {escape(config)}", highlight=False)
     if answer.comparison is not None and answer.status in ("recommended", "keep_defaults"):
-        console.print(f"Against the engine default: {escape(answer.comparison.reason)}",
-                      soft_wrap=True)
+        console.print(f"Against the engine default: {escape(answer.comparison.reason)}")
     if answer.figures:
         bounds = {b.split("<=")[0].split(">=")[0]: b for b in answer.question.slo.split(",")}
         table = Table(title="figures at the asked workload")
@@ -113,26 +114,26 @@ def print_answer(console: Console, answer: Answer, explain: bool = False) -> Non
                           fmt_value(default[m].value) if m in default else "")
         console.print(table)
     if answer.default is not None and answer.default.verdict is not None:
-        console.print(f"Engine default: {escape(answer.default.verdict.text)}", soft_wrap=True)
+        console.print(f"Engine default: {escape(answer.default.verdict.text)}")
     if answer.closest is not None and not answer.found:
         console.print(f"Closest: {escape(compact_config(answer.closest.get('config') or {}))}",
-                      soft_wrap=True, highlight=False)
+                      highlight=False)
     console.print(f"Confidence: [bold]{answer.confidence.level}[/bold] "
-                  f"({escape(answer.confidence.reason)})", soft_wrap=True)
+                  f"({escape(answer.confidence.reason)})")
     if answer.evidence:
         console.print("Evidence: trials " + ", ".join(str(e.trial_id) for e in answer.evidence)
-                      + ("" if explain else " (--explain shows them)"), soft_wrap=True)
+                      + ("" if explain else " (--explain shows them)"))
     if explain:
         _print_evidence(console, answer)
     if answer.next.tune_command:
-        console.print(f"Next ({escape(answer.next.reason or '')}), run:", soft_wrap=True)
+        console.print(f"Next ({escape(answer.next.reason or '')}), run:")
         console.print(f"  {answer.next.tune_command}", markup=False, highlight=False,
                       soft_wrap=True)
     if answer.launch_command:
         console.print("Launch:")
         console.print(answer.launch_command, markup=False, highlight=False, soft_wrap=True)
     for note in answer.notes if explain else answer.notes[:2]:
-        console.print(f"[dim]note: {escape(note)}[/dim]", soft_wrap=True)
+        console.print(f"[dim]note: {escape(note)}[/dim]")
     if not explain and len(answer.notes) > 2:
         console.print(f"[dim]({len(answer.notes) - 2} more notes: --explain)[/dim]")
 

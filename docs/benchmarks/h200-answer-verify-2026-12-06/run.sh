@@ -20,8 +20,12 @@ WINDOW=${WINDOW:-6}
 # shellcheck source=scripts/device/h200_env.sh
 source scripts/device/h200_env.sh
 trap export_phase EXIT
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)
+echo "$gpu"
+# The answers are the H200's: on another GPU this run verifies nothing (the first try of
+# 2026-12-06 ran on an H100), so stop before spending device time.
+case "$gpu" in *"${EXPECT_GPU:-H200}"*) ;; *) echo "not an ${EXPECT_GPU:-H200}: stopping" >&2; exit 3;; esac
 stop_before_limit 500 TERM "advisor crosscheck"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # shellcheck disable=SC2046
 python3 -m advisor crosscheck $(chat_workload llama-3-8b 60) --rate 60 --rate 65 \
   --config 'default={}' --config 'fp8={"quantization": "fp8"}' \
