@@ -60,6 +60,11 @@ class Knob:
     high_from: str | None = None
     #: What the knob holds for models that read it by role (search_spaces/space.py KNOB_ROLES).
     role: str = ""
+    #: The machine quantity (``cpu_count``, ``gpu_count``) the YAML names as this knob's default
+    #: or upper bound, resolved on this machine in ``default`` / ``high``; a config of another
+    #: machine resolves them from that machine's fingerprint (SearchSpace.default_config).
+    machine_default: str = ""
+    machine_high: str = ""
 
     def is_active(self, config: Mapping[str, Any]) -> bool:
         """Whether this knob applies given the values of the knobs it depends on."""

@@ -14,7 +14,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from advisor.errors import SearchSpaceError, did_you_mean
 from search_spaces.knobs import Knob, parse_flags
 
-__all__ = ["KNOB_ROLES", "SPACES_DIR", "SearchSpace", "load_space", "visible_gpu_count"]
+__all__ = ["KNOB_ROLES", "SPACES_DIR", "SearchSpace", "load_space", "machine_value",
+           "visible_gpu_count"]
 
 SPACES_DIR = Path(__file__).resolve().parent
 
@@ -63,14 +64,22 @@ class SearchSpace:
         """Knobs that apply to ``config`` (conditions evaluated in order)."""
         return [k for k in self.knobs if k.is_active(config)]
 
-    def default_config(self) -> dict[str, Any]:
-        """The engine defaults as recorded in the YAML, restricted to active knobs."""
+    def default_config(self, machine: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The engine defaults as recorded in the YAML, restricted to active knobs.
+
+        A default or bound the YAML names as a machine quantity (``cpu_count``) is this
+        machine's, or, given ``machine`` (a hardware fingerprint as trials record it), that
+        machine's: the defaults a 16-core host's trials ran with are not a 2-core laptop's."""
         config: dict[str, Any] = {}
         for k in self.knobs:
             if k.is_active(config):
                 value = k.default
+                if machine is not None and k.machine_default:
+                    value = machine_value(k.machine_default, machine, value)
                 if k.type in ("int", "float"):
                     low, high = k.bounds(config)
+                    if machine is not None and k.machine_high:
+                        high = max(low, machine_value(k.machine_high, machine, high))
                     value = min(max(value, low), high)
                 config[k.name] = value
         return config
@@ -202,7 +211,8 @@ def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) 
     common: dict[str, Any] = dict(
         name=name, type=ktype, default=_resolve_high(raw["default"]), unit=str(raw.get("unit", "")),
         help=str(raw.get("help", "")), stage=stage, flags=flags, when=when,
-        role=_role(raw.get("role"), fail),
+        role=_role(raw.get("role"), fail), machine_default=_machine_token(raw["default"]),
+        machine_high=_machine_token(raw.get("high")),
     )
     if ktype == "categorical":
         choices = raw.get("choices")
@@ -246,6 +256,22 @@ def visible_gpu_count() -> int:
         return max(1, len([v for v in ids if not v.startswith("-")]))
     devices = [p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit()]
     return max(1, len(devices))
+
+
+def machine_value(token: str, machine: Mapping[str, Any], fallback: Any) -> Any:
+    """A machine quantity (``cpu_count``: usable cores; ``gpu_count``: GPUs) read from a hardware
+    fingerprint (objectives/hardware.py); ``fallback`` where the fingerprint lacks it."""
+    if token == "cpu_count":
+        value = machine.get("affinity_cpus") or machine.get("cpu_count")
+        return int(value) if value else fallback
+    if token == "gpu_count":
+        gpus = machine.get("gpus")
+        return max(1, len(gpus)) if isinstance(gpus, list) else fallback
+    return fallback
+
+
+def _machine_token(value: Any) -> str:
+    return value if value in ("cpu_count", "gpu_count") else ""
 
 
 def _resolve_high(value: Any) -> Any:

@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.answers.document import Answer
-from advisor.answers.model_based import SAME_WORKLOAD, _load_bound, _same_config, _space
+from advisor.answers.model_based import (
+    SAME_WORKLOAD,
+    _load_bound,
+    _same_config,
+    _space,
+    machine_of,
+)
 from advisor.answers.planner import plan_recommendation
 from advisor.answers.request import RecommendationRequest
 from advisor.answers.rule import measured_verdict
@@ -129,7 +135,8 @@ def audit_answers(store: TrialStore, models: KnowledgeModels, *,
         kind = kind_for_target(ctx.key.target)
         tiers = [(t.slo, t.objective) for t in kind.tiers] if kind is not None else []
         slos = [*tiers, *((s, None) for s in extra_slos)]
-        default = _space(ctx.key.target).default_config()
+        default = _space(ctx.key.target).default_config(
+            machine=machine_of(store, ctx.key.target, ctx.key.hardware_key))
         points = workload_points(ctx)
         for features in points[:max_points]:
             if progress is not None:

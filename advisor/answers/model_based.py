@@ -228,7 +228,10 @@ def recommend_measured(store: TrialStore, *, target: str, slo: SLO, objective: O
         # One config is one group per model: windows of two models are two workloads.
         groups.setdefault(json.dumps([trial_model(t), _same_config(target, t.config)]),
                           []).append(t)
-    default_config = _space(target).default_config()
+    # The defaults of the machine the windows were measured on (a default such as "all cores"
+    # is that machine's, not the asker's).
+    default_config = _space(target).default_config(machine=usable[0].hardware if usable
+                                                   else None)
     default_key = _default_key(groups, default_cfg_key := _config_key(default_config), model)
     judged = {k: measured_verdict(slo, [t.metrics for t in g], headroom, [t.id or 0 for t in g])
               for k, g in groups.items()}
@@ -621,6 +624,20 @@ def _engine(target: str) -> Target:
     return get_target(target)
 
 
+_MACHINES: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+
+
+def machine_of(store: TrialStore, target: str, hardware_key: str) -> dict[str, Any] | None:
+    """The hardware fingerprint a stored trial of ``target`` recorded on ``hardware_key`` (None:
+    no trial): what the space's machine-valued defaults (``cpu_count``) resolve from when the
+    answer is about that machine. One machine per key, so one lookup per process."""
+    key = (store.url, target, hardware_key)
+    if key not in _MACHINES:
+        found = store.list_trials(TrialFilter(target=target, hardware_key=hardware_key, limit=1))
+        _MACHINES[key] = dict(found[0].hardware) if found and found[0].hardware else None
+    return _MACHINES[key]
+
+
 @functools.lru_cache(maxsize=32)
 def _space(target: str) -> SearchSpace:
     """A target's knob space, parsed once per process (answers must not re-read YAML)."""
@@ -939,7 +956,8 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     headroom = _context_headroom(store, ctx, engine, slo)
     failed = {_config_key(c) for c in ctx.failed_configs}
     # The engine default is always a candidate ("keep the defaults" is an answer), first.
-    default = _default_as_measured(space.default_config(), ctx)
+    default = _default_as_measured(
+        space.default_config(machine=machine_of(store, query.target, ctx.key.hardware_key)), ctx)
     measured = list({_config_key(c): c for c in [default, *ctx.configs]}.values())
     pred = measured_pred = ctx.predict(measured, features, needed)
     order = _rank(pred, slo, objective, len(measured), headroom)

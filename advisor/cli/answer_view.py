@@ -39,7 +39,10 @@ def _config_text(answer: Answer) -> str | None:
     try:  # the space's defaults: a knob the default's stored form lacks ran at its default
         default = get_target(answer.question.target).space().default_config()
     except AdvisorError:
-        default = answer.default.config if answer.default is not None else None
+        default = None
+    if answer.default is not None and answer.default.config:
+        # The answered machine's defaults (all of its cores, say) over this machine's.
+        default = {**(default or {}), **answer.default.config}
     if default:
         changed = {k: v for k, v in answer.config.items() if default.get(k) != v}
         if changed and len(changed) < len(answer.config):
