@@ -28,7 +28,7 @@ def _parser() -> Any:
     try:  # vLLM >= 0.11 keeps FlexibleArgumentParser here (0.26.0 too)
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+        from vllm.utils import FlexibleArgumentParser
     from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     return make_arg_parser(FlexibleArgumentParser())
