@@ -65,6 +65,10 @@ class Knob:
     #: machine resolves them from that machine's fingerprint (SearchSpace.default_config).
     machine_default: str = ""
     machine_high: str = ""
+    #: The engine releases without a flag for this knob behave as its default does (the flag was
+    #: added later and its default keeps the older behaviour): there the default runs with the
+    #: flag left out, and only another value is a rejected config (:meth:`flag_for_value`).
+    default_without_flag: bool = False
 
     def is_active(self, config: Mapping[str, Any]) -> bool:
         """Whether this knob applies given the values of the knobs it depends on."""
@@ -96,6 +100,26 @@ class Knob:
             raise ConfigRejectedError(f"knob {self.name} has no {flag_kind} in {release} "
                                       f"{engine_version}; it maps to: {ranges}")
         return flag
+
+    def flag_for_value(self, value: Any, engine_version: str | None, *, flag_kind: str,
+                       release: str) -> str | None:
+        """The flag to pass ``value`` with at ``engine_version``, or None to leave it out.
+
+        A knob that declares :attr:`default_without_flag` leaves its default out where the
+        release has no flag for it, or where the release is unknown (``engine_version`` None: a
+        wrapper command or a pasted launch command may run a release without the flag, and
+        leaving the default out means the same on every release). Anything else is
+        :meth:`required_flag`: a value the release cannot express is a rejected config
+        (:class:`~advisor.errors.ConfigRejectedError` saying which releases can)."""
+        if self.default_without_flag and _same_value(value, self.default) and (
+                engine_version is None or not any(m.matches(engine_version) for m in self.flags)):
+            return None
+        if self.default_without_flag and self.flag_for(engine_version) is None:
+            ranges = ", ".join(f"{m.flag} ({m.versions or 'any'})" for m in self.flags)
+            raise ConfigRejectedError(
+                f"knob {self.name}={value!r} needs {ranges}, which {release} {engine_version} "
+                f"lacks; there only its default ({self.default!r}) runs, with the flag left out")
+        return self.required_flag(engine_version, flag_kind=flag_kind, release=release)
 
     def check_value(self, value: Any, config: Mapping[str, Any]) -> str | None:
         """Return why ``value`` is invalid for this knob, or None when it is valid."""
@@ -132,6 +156,13 @@ class Knob:
         if self.type == "int":
             return sorted({round(v) for v in values})
         return sorted(set(values))
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as knob values: ``True`` is not ``1`` (bools are their own type here)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
 
 
 def parse_flags(raw: Any) -> tuple[FlagMapping, ...]:

@@ -21,7 +21,7 @@ SPACES_DIR = Path(__file__).resolve().parent
 
 _KNOB_FIELDS = {
     "name", "type", "default", "low", "high", "log", "step", "choices", "unit", "help", "stage",
-    "flag", "flags", "when", "high_from", "role",
+    "flag", "flags", "when", "high_from", "role", "default_without_flag",
 }
 #: What a knob may declare it holds, for models that need to know (knowledge/batch_sim.py):
 #: the most sequences one engine step runs, and the tokens one step may compute.
@@ -208,11 +208,17 @@ def _parse_knob(raw: Mapping[str, Any], earlier: Mapping[str, Knob], fail: Any) 
                 SpecifierSet(mapping.versions)
     except (TypeError, KeyError, InvalidSpecifier) as exc:
         raise fail("flags", f"must be a string or a list of {{flag, versions}}: {exc}") from None
+    default_without_flag = raw.get("default_without_flag", False)
+    if not isinstance(default_without_flag, bool):
+        raise fail("default_without_flag", f"must be true or false, got {default_without_flag!r}")
+    if default_without_flag and not any(m.versions for m in flags):
+        raise fail("default_without_flag", "needs a flag mapping with `versions` (the releases "
+                                           "that have the flag)")
     common: dict[str, Any] = dict(
         name=name, type=ktype, default=_resolve_high(raw["default"]), unit=str(raw.get("unit", "")),
         help=str(raw.get("help", "")), stage=stage, flags=flags, when=when,
         role=_role(raw.get("role"), fail), machine_default=_machine_token(raw["default"]),
-        machine_high=_machine_token(raw.get("high")),
+        machine_high=_machine_token(raw.get("high")), default_without_flag=default_without_flag,
     )
     if ktype == "categorical":
         choices = raw.get("choices")

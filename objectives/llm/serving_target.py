@@ -35,6 +35,7 @@ from advisor.errors import (
     EngineUnavailableError,
     WorkloadError,
 )
+from objectives.llm.engine_cache import engine_cache_env
 from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.reference import ReferenceHarness
 from objectives.llm.server import (
@@ -115,6 +116,9 @@ class EngineServer:
     startup_timeout_s: float
     #: How many characters of the server log a trial reads once it is over.
     log_read_chars: int = DEFAULT_LOG_TAIL_CHARS
+    #: The engine's compile/kernel cache variables, each with its subdirectory of the engine
+    #: cache every trial shares (objectives/llm/engine_cache.py); empty: none set.
+    cache_env: tuple[tuple[str, str], ...] = ()
 
     def command(self, env: Mapping[str, str] | None = None) -> list[str]:
         """The argv prefix: the JSON list in ``env[command_env]`` (``os.environ`` by default) or
@@ -312,7 +316,8 @@ class ServingTarget(GoodputFromSLO, Target):
         until it is healthy, yield it, and always stop it. The yielded :class:`RunningServer`'s
         ``facts`` (argv, start-up time, the engine's own start-up facts, its log tail) are
         complete once the block has exited. ``env`` adds variables to the server's environment
-        (e.g. the device a co-resident server may use)."""
+        (e.g. the device a co-resident server may use). The engine's cache variables
+        (:attr:`EngineServer.cache_env`) point into the engine cache every trial shares."""
         spec = self.engine_server
         self.check_available()
         max_model_len = served.max_model_len()
@@ -329,6 +334,13 @@ class ServingTarget(GoodputFromSLO, Target):
             timeout_s = float(served.target_params.get("startup_timeout_s",
                                                        spec.startup_timeout_s))
             server_env = self.server_env(served)
+            # Compile and kernel caches are shared by every trial (the second start reuses what
+            # the first compiled); the rest of the scratch directory stays this trial's own.
+            base_env = dict(server_env if server_env is not None else os.environ)
+            cache_vars, cache_facts = engine_cache_env(
+                spec.cache_env, cache_dir=cache_dir, scratch=Path(tmp), env=base_env)
+            if cache_vars:
+                server_env = {**base_env, **cache_vars}
             if env:
                 server_env = {**(server_env if server_env is not None else os.environ), **env}
             with ManagedServer(argv, base_url=base_url,
@@ -350,7 +362,8 @@ class ServingTarget(GoodputFromSLO, Target):
                 launch = {"argv": argv, **launch_details, "engine_version": version,
                           "model": served.model.label, "model_path": str(served.model.path),
                           "dummy_weights": served.model.dummy_weights,
-                          "max_model_len": max_model_len, "startup_s": startup_s}
+                          "max_model_len": max_model_len, "startup_s": startup_s,
+                          **cache_facts}
                 running = RunningServer(base_url=base_url, server=server, config=clean,
                                         label=spec.process_name, facts=dict(launch))
                 try:

@@ -48,6 +48,7 @@ from search_spaces import SearchSpace
 from search_spaces.knobs import Knob
 
 __all__ = [
+    "CACHE_ENV",
     "COMMAND_ENV",
     "DEFAULT_COMMAND",
     "VLLM_METRICS",
@@ -95,11 +96,19 @@ _LOG_FACTS: dict[str, tuple[re.Pattern[str], type]] = {
 }
 #: Start-up lines that only list the server's routes: left out of the stored log tail.
 _ROUTE_LINE = re.compile(r"\[launcher\.py:\d+\] Route: ")
+#: Where vLLM keeps what it compiles (vllm/envs.py in 0.26.0: VLLM_CACHE_ROOT holds the
+#: torch.compile cache, AOT-compiled functions and, while it compiles, the Inductor and Triton
+#: caches it points TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR at; the last two also catch the
+#: kernels built outside torch.compile, e.g. an eager trial's Triton kernels and autotuning).
+#: Shared by every trial (objectives/llm/engine_cache.py).
+CACHE_ENV: tuple[tuple[str, str], ...] = (
+    ("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
+    ("TRITON_CACHE_DIR", "triton"))
 #: How a trial starts ``vllm serve`` (the whole log is read: start-up facts are searched in it).
 ENGINE_SERVER = EngineServer(
     label="vLLM", process_name="vllm serve", scratch_name="vllm", command_env=COMMAND_ENV,
     default_command=DEFAULT_COMMAND, startup_timeout_s=DEFAULT_STARTUP_TIMEOUT_S,
-    log_read_chars=FULL_LOG_CHARS)
+    log_read_chars=FULL_LOG_CHARS, cache_env=CACHE_ENV)
 
 
 #: The Prometheus series ``vllm serve`` exposes on ``/metrics`` (checked against vLLM 0.26.0's
@@ -129,13 +138,17 @@ def server_command(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def knob_argv(knob: Knob, value: Any, engine_version: str | None) -> list[str]:
-    """The vLLM arguments for one active knob (empty for a gate knob or a "none" value).
+    """The vLLM arguments for one active knob (empty for a gate knob, a "none" value, or the
+    default of a ``default_without_flag`` knob on a release without its flag).
 
-    Raises :class:`ConfigRejectedError` when the knob has no flag in ``engine_version``.
+    Raises :class:`ConfigRejectedError` when ``engine_version`` cannot express ``value``: the
+    knob has no flag there and ``value`` is not a default the release runs without one.
     """
     if not knob.flags:
         return []  # a gate: it only switches the knobs after it on or off
-    flag = knob.required_flag(engine_version, flag_kind="vLLM flag", release="vLLM")
+    flag = knob.flag_for_value(value, engine_version, flag_kind="vLLM flag", release="vLLM")
+    if flag is None:
+        return []  # this release runs the knob's default without the flag
     if knob.type == "bool":
         if not flag.startswith("--"):
             raise SearchSpaceError(f"bool knob {knob.name} needs a --flag, got {flag!r}")
@@ -155,7 +168,9 @@ def build_argv(config: Mapping[str, Any], *, model_dir: Path | str, port: int,
     """The ``vllm serve`` arguments for ``config`` (everything after the command prefix).
 
     Every active knob is mapped through its flag for ``engine_version`` (``None``: the unversioned
-    or first mapping), defaults included, so the argv is the whole configuration. ``config`` is
+    or first mapping), defaults included, so the argv is the whole configuration; only a
+    ``default_without_flag`` knob at its default is left out where the release lacks its flag
+    or is unknown (:meth:`~search_spaces.knobs.Knob.flag_for_value`). ``config`` is
     validated against the space first (missing knobs take their defaults); an invalid config or a
     knob without a flag in that version raises :class:`ConfigRejectedError`. ``tokenizer``: a
     tokenizer directory other than the model's (``--tokenizer``).

@@ -14,6 +14,9 @@ answers 200. ``$FAKE_SERVER_TOKEN_DELAY_S`` sets the pause between chunks (defau
 ``$FAKE_SERVER_NO_METRICS`` makes ``/metrics`` answer 404, as an endpoint without metrics does.
 ``$FAKE_SERVER_REFUSE`` answers every completion with HTTP 400 and that message, as vLLM refuses
 prompts its tokenizer reads as empty ("The decoder prompt cannot be empty").
+``$FAKE_SERVER_ENV_RECORD`` names a file each start appends its environment to (one JSON object
+a line), so tests can see what a server was started with; with ``$FAKE_SERVER_COMPILE`` set, a
+start writes a file into ``$VLLM_CACHE_ROOT`` as vLLM's torch.compile does.
 """
 
 from __future__ import annotations
@@ -167,6 +170,14 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     Handler.served_model = args.served_model_name or args.model
     print(f"fake server for {args.model} on port {args.port}; argv: {sys.argv[1:]}", flush=True)
+    if env_record := os.environ.get("FAKE_SERVER_ENV_RECORD"):
+        with open(env_record, "a") as f:
+            f.write(json.dumps(dict(os.environ)) + "\n")
+    if os.environ.get("FAKE_SERVER_COMPILE") and (root := os.environ.get("VLLM_CACHE_ROOT")):
+        compiled = os.path.join(root, "torch_compile_cache", f"{os.getpid()}.bin")
+        os.makedirs(os.path.dirname(compiled), exist_ok=True)
+        with open(compiled, "w") as f:
+            f.write("compiled")
     if os.environ.get("FAKE_SERVER_CRASH"):  # fail as a multi-process engine does: the cause
         print(f"(EngineCore pid=7) ValueError: {os.environ['FAKE_SERVER_CRASH']}", flush=True)
         for i in range(400):  # ... then a long wrapper traceback that pushes it out of the tail

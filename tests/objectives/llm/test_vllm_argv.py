@@ -33,6 +33,7 @@ VERIFIED_FLAGS_0_26 = {
     "--quantization", "--kv-cache-dtype", "--kv-offloading-size", "--kv-offloading-backend",
     "--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager",
     "--compilation-config.cudagraph_mode", "--tensor-parallel-size", "--data-parallel-size",
+    "--performance-mode",
 }
 BOOL_FLAGS = {"--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager"}
 
