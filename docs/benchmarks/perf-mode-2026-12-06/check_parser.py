@@ -15,6 +15,7 @@ Prints one OK/FAIL line per case; exits 1 on any FAIL, 2 when vLLM cannot be imp
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ def check(config: dict[str, Any], expected: str, version: str | None) -> tuple[b
     knob = load_space("vllm").knob("performance_mode")
     has_flag = knob.flag_for(version) is not None if version else True
     try:
-        args = build_argv(config, model_dir="/models/m", port=8123, engine_version=version,
+        # An existing directory: EngineArgs resolves a model path that does not exist as a hub
+        # name (a lookup that fails offline); nothing is loaded from it.
+        model_dir = tempfile.mkdtemp(prefix="check-parser-model-")
+        args = build_argv(config, model_dir=model_dir, port=8123, engine_version=version,
                           max_model_len=4096, seed=0, served_model_name="m")
     except ConfigRejectedError as exc:
         if not has_flag and expected != knob.default:
@@ -60,6 +64,10 @@ def check(config: dict[str, Any], expected: str, version: str | None) -> tuple[b
         return False, f"vLLM's parser refused the argv (exit {exc.code}): {args}"
     from vllm.engine.arg_utils import EngineArgs
 
+    # `vllm serve MODEL` takes the model as a positional `model_tag`; its command copies it
+    # into `model` before building the engine's arguments, as done here.
+    if getattr(ns, "model_tag", None):
+        ns.model = ns.model_tag
     engine_args = EngineArgs.from_cli_args(ns)
     got = getattr(engine_args, "performance_mode", None)
     if has_flag and got != expected:
