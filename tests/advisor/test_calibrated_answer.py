@@ -1,0 +1,159 @@
+"""The planner answers for a GPU known from a calibration (issue 44): the shipped H100 profile and
+the H100's six measured windows of the 8B defaults. The answer's basis is `calibration`, its
+predicted figures are labelled and their intervals widened by the calibration's measured error,
+measured windows at the workload still decide by the one rule, and the capacity at the SLO and
+the replicas for a total rate come with it, consistent with each other."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from advisor.answers import RecommendationRequest
+from advisor.answers.calibration import MIN_MEASURED_CONFIGS, calibration_profile
+from advisor.answers.planner import plan_recommendation
+from knowledge import TrialStore
+from knowledge.calibrated import COVERAGE, LABEL
+from knowledge.profiles import find_profile
+from knowledge.transfer import import_file, import_jsonl, read_trials_text, shipped_file
+from objectives.registry import get_target
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "docs" / "answer.schema.json").read_text())
+SLO = "ttft_p95_ms<=300,tpot_p95_ms<=40"
+H100_FILES = ("h100-vllm-heldout-2026-12-06.jsonl", "h100-vllm-profile-2026-12-06.jsonl")
+
+
+def _no_models() -> None:
+    raise AssertionError("a calibrated GPU is answered without the fitted models")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
+    """The H100's shipped trials and its profile, nothing else."""
+    db = tmp_path_factory.mktemp("h100") / "h100.db"
+    s = TrialStore(f"sqlite:///{db}")
+    for name in H100_FILES:
+        import_file(s, shipped_file(name))
+    return s
+
+
+def _ask(store: TrialStore, rate: float, total: float | None = None):
+    request = RecommendationRequest(target="vllm", slo=SLO, hardware="h100", model="llama-3-8b",
+                                    workload={"rate_rps": rate}, total_rate_rps=total)
+    return plan_recommendation(store, request, models=_no_models)
+
+
+def test_the_issue_question_is_answered_from_the_calibration(store: TrialStore) -> None:
+    """`--hardware h100 --model llama-3-8b --rate-rps 60`: basis calibration, a valid document;
+    the defaults' window at 64 req/s (within 10 % of 60) decides their verdict, measured."""
+    answer = _ask(store, 60, total=500)
+    assert answer.basis == "calibration"
+    jsonschema.validate(json.loads(answer.to_json_bytes()), SCHEMA)
+    assert "predicted from calibration on h100" in answer.summary.lower()
+    assert "h100/vllm/llama-3-8b" in answer.summary
+    assert answer.next.tune_command is not None
+    assert answer.next.tune_command.startswith("advisor crosscheck --target vllm")
+    assert "--rate 60" in answer.next.tune_command
+    default = answer.default
+    assert default is not None and default.verdict is not None
+    assert default.verdict.basis == "measured" and default.verdict.windows == 1
+    assert default.verdict.meets_slo is False  # TTFT p95 460 ms measured at 64 req/s
+    assert answer.candidates["considered"] > 1  # the batch-limit variants
+
+
+def test_calibrated_figures_are_labelled_and_widened(store: TrialStore) -> None:
+    """At 30 req/s no window was measured: every figure is predicted, labelled, and its
+    interval is the calibration error and the window noise added in quadrature."""
+    answer = _ask(store, 30)
+    profile = find_profile(store, target="vllm", model="llama-3-8b", hardware="h100")
+    assert profile is not None
+    assert answer.figures and answer.verdict is not None
+    assert answer.verdict.basis == "predicted"
+    z = 1.6448536269514722  # the two-sided 90 % normal quantile
+    assert COVERAGE == 0.90
+    for metric, figure in answer.figures.items():
+        assert figure.basis == "predicted"
+        assert figure.note is not None and figure.note.startswith(LABEL)
+        assert figure.low is not None and figure.high is not None
+        spread = math.sqrt(profile.error_log[metric] ** 2 + profile.noise_log[metric] ** 2)
+        assert math.log(figure.high / figure.value) == pytest.approx(z * spread, rel=1e-6)
+        # wider than the window noise alone: the calibration's own error widens it
+        assert math.log(figure.high / figure.value) > z * profile.noise_log[metric]
+
+
+@pytest.mark.parametrize("rate, total", [(60, 500), (30, 200), (30, 45)])
+def test_capacity_and_replicas_are_present_and_consistent(store: TrialStore, rate: float,
+                                                          total: float) -> None:
+    answer = _ask(store, rate, total)
+    cap = answer.capacity
+    assert cap is not None and cap.default is not None and cap.slo == SLO
+    pairs = [(cap.default, cap.default_replicas)]
+    if answer.config is not None:
+        assert cap.config is not None
+        pairs.append((cap.config, cap.replicas))
+    for capacity, replicas in pairs:
+        assert 0 < capacity.low <= capacity.rate_rps <= capacity.high
+        assert capacity.note is not None and capacity.note.startswith(LABEL)
+        assert replicas is not None and replicas.total_rate_rps == total
+        assert replicas.count == math.ceil(total / capacity.rate_rps)
+        assert replicas.low == math.ceil(total / capacity.high)
+        assert replicas.high == math.ceil(total / capacity.low)
+    # measured first: the defaults missed the SLO at 64 req/s, so their capacity is below it
+    assert cap.default.rate_rps < 64 and cap.default.high <= 64
+
+
+def test_no_total_rate_no_replicas(store: TrialStore) -> None:
+    cap = _ask(store, 30).capacity
+    assert cap is not None and cap.default_replicas is None and cap.replicas is None
+
+
+def test_enough_measured_configs_take_the_answer_back(store: TrialStore,
+                                                      tmp_path: Path) -> None:
+    """Once the GPU's trials of the model hold two configs, the measurements answer (the
+    calibration is not asked): the profile only fills a gap."""
+    assert MIN_MEASURED_CONFIGS == 2
+    engine = get_target("vllm")
+    assert calibration_profile(store, engine=engine, model="llama-3-8b",
+                               hardware="h100") is not None
+    s = TrialStore(f"sqlite:///{tmp_path / 'more.db'}")
+    for name in H100_FILES:
+        import_file(s, shipped_file(name))
+    row = json.loads(read_trials_text(shipped_file(H100_FILES[0])).splitlines()[0])
+    row["study"] = {**row["study"], "uid": "another-config-study", "name": "h100-other"}
+    row["trial"] = {**row["trial"], "uid": "another-config-trial",
+                    "config": {**row["trial"]["config"], "max_num_seqs": 256},
+                    "config_hash": "another"}
+    import_jsonl(s, [json.dumps(row)], source="test")
+    assert calibration_profile(s, engine=engine, model="llama-3-8b", hardware="h100") is None
+    # nor for a model or a GPU the profile is not of
+    assert calibration_profile(store, engine=engine, model="llama-3.2-1b",
+                               hardware="h100") is None
+    assert calibration_profile(store, engine=engine, model="llama-3-8b",
+                               hardware="h200") is None
+
+
+def test_a_measured_only_question_never_reads_the_profile(store: TrialStore) -> None:
+    request = RecommendationRequest(target="vllm", slo=SLO, hardware="h100", model="llama-3-8b",
+                                    workload={"rate_rps": 40}, measured=True)
+    answer = plan_recommendation(store, request)
+    assert answer.basis == "measured" and answer.capacity is None
+
+
+def test_the_cli_prints_capacity_and_replicas(store: TrialStore) -> None:
+    from advisor.cli.answer_view import answer_lines
+
+    lines = list(answer_lines(_ask(store, 30, total=200)))
+    keys = {line.split("=", 1)[0] for line in lines}
+    assert {"capacity", "default.capacity", "replicas", "default.replicas"} <= keys
+    replicas = next(line for line in lines if line.startswith("replicas="))
+    assert replicas.endswith("for 200 req/s")
+
+
+def test_a_bad_total_rate_is_refused() -> None:
+    with pytest.raises(ValueError, match="total_rate_rps"):
+        RecommendationRequest(target="vllm", slo=SLO, total_rate_rps=0)
