@@ -5,20 +5,23 @@ configs (its trials of the model hold fewer than :data:`MIN_MEASURED_CONFIGS` co
 
 Candidates are the engine defaults (first) and variants of the knobs the target's space marks as
 batch limits (roles ``batch_slots`` and ``step_token_budget``), which act through the
-continuous-batching simulator with the profile's step costs (knowledge/calibrated.py). Every
-other knob stays at its default: its effect is not carried to a calibrated GPU here (docs/
-new-gpu.md says which would carry and which do not). Each candidate is judged by the one rule
-(advisor/answers/rule.py): its measured windows at the asked workload first, else the calibrated
-prediction at the conservative end of its interval. The capacity at the SLO (the highest rate
-one GPU holds) of the answered config and of the defaults, and the replicas a total rate needs,
-come with every such answer; a measured window of the config that missed the SLO at a lower
-rate caps the predicted capacity there.
+continuous-batching simulator with the profile's step costs (knowledge/calibrated.py), and the
+configs that change only the knobs the target declares carried (``calibration_carried_knobs``):
+their effect is the ratio against the defaults measured on the hardware with the most trials of
+the model, its spread widening the interval. Every other knob stays at its default: its effect
+does not transfer (docs/new-gpu.md says which carry and which do not). Each candidate is judged
+by the one rule (advisor/answers/rule.py): its measured windows at the asked workload first,
+else the calibrated prediction at the conservative end of its interval. The capacity at the SLO
+(the highest rate one GPU holds) of the answered config and of the defaults, and the replicas a
+total rate needs, come with every such answer; a measured window of the config that missed the
+SLO at a lower rate caps the predicted capacity there.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,7 @@ from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.calibrated import (
     LABEL,
     Capacity,
+    KnobEffect,
     Prediction,
     Replicas,
     capacity_at_slo,
@@ -46,7 +50,8 @@ from objectives.target import Target
 from objectives.workload import Workload, canonical_json
 
 __all__ = ["BATCH_ROLES", "MIN_MEASURED_CONFIGS", "CalibratedAnswer", "CapacityAt",
-           "answer_from_calibration", "calibration_profile"]
+           "CarriedConfig", "answer_from_calibration", "calibration_profile", "carried_knobs",
+           "knob_effects"]
 
 #: A hardware whose trials of the model hold fewer configs than this cannot compare configs
 #: from measurements (a calibration probe measures one: the defaults); a profile answers there.
@@ -209,6 +214,89 @@ def _objective_bounds(objective: Objective, figures: Mapping[str, Figure]
     return (low, high) if objective.direction == "maximize" else (-high, -low)
 
 
+def carried_knobs(engine: Target) -> tuple[str, ...]:
+    """The knobs whose effect ``engine`` declares transferable to a calibrated GPU as a ratio
+    against the defaults (a target attribute; none declared: none carried)."""
+    return tuple(getattr(engine, "calibration_carried_knobs", ()))
+
+
+@dataclass(frozen=True)
+class CarriedConfig:
+    """A config differing from the defaults only in carried knobs, and its measured effect."""
+
+    config: dict[str, Any]
+    changed: dict[str, Any]
+    effect: KnobEffect
+
+
+def _shape_only(features: Mapping[str, float]) -> dict[str, float]:
+    return {k: v for k, v in features.items() if k != "rate_rps"}
+
+
+def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
+                 shape: Mapping[str, float], metrics: Sequence[str]) -> list[CarriedConfig]:
+    """The carried knobs' effects, measured on the other hardware with the most trials of the
+    profile's model: per config that changes only carried knobs, per figure, the ratio of each
+    of its windows to the median of the defaults' windows at the same rate (the same request
+    lengths ``shape``), pooled over the rates both measured (geometric mean; the log spread
+    widens the interval). A config with fewer than two paired windows carries nothing."""
+    knobs = set(carried_knobs(engine))
+    if not knobs:
+        return []
+    defaults = engine.space().default_config()
+    counts: dict[str, int] = {}
+    trials = [t for t in store.list_trials(TrialFilter(target=engine.name,
+                                                       status=TrialStatus.COMPLETE))
+              if t.hardware_key != profile.hardware_key
+              and str((t.workload_spec.get("params") or {}).get("model")) == profile.model]
+    for t in trials:
+        counts[t.hardware_key] = counts.get(t.hardware_key, 0) + 1
+    if not counts:
+        return []
+    source = max(counts, key=lambda k: (counts[k], k))
+    base: dict[float, list[TrialRecord]] = {}
+    others: dict[str, tuple[dict[str, Any], list[TrialRecord]]] = {}
+    for t in trials:
+        features = workload_features(t.workload_spec)
+        rate = features.get("rate_rps")
+        if (t.hardware_key != source or rate is None
+                or workload_distance(_shape_only(features), shape) > SAME_WORKLOAD):
+            continue
+        changed = {k: v for k, v in {**defaults, **t.config}.items() if defaults.get(k) != v}
+        if not changed:
+            base.setdefault(float(rate), []).append(t)
+        elif set(changed) <= knobs:
+            others.setdefault(canonical_json(changed), (changed, []))[1].append(t)
+    out = []
+    for changed, windows in others.values():
+        logs: dict[str, list[float]] = {}
+        rates = set()
+        for t in windows:
+            rate = float(workload_features(t.workload_spec)["rate_rps"])
+            near = [r for r in base if abs(math.log(r / rate)) <= SAME_WORKLOAD]
+            if not near:
+                continue
+            ref = base[min(near, key=lambda r: abs(math.log(r / rate)))]
+            for m in metrics:
+                mine = t.metrics.get(m)
+                theirs = [float(w.metrics[m]) for w in ref
+                          if isinstance(w.metrics.get(m), int | float) and w.metrics[m] > 0]
+                if isinstance(mine, int | float) and mine > 0 and theirs:
+                    logs.setdefault(m, []).append(math.log(float(mine)
+                                                           / statistics.median(theirs)))
+                    rates.add(rate)
+        usable = {m: v for m, v in logs.items() if len(v) >= 2}
+        if not usable:
+            continue
+        effect = KnobEffect(
+            ratios={m: math.exp(statistics.fmean(v)) for m, v in usable.items()},
+            log_sd={m: statistics.stdev(v) for m, v in usable.items()},
+            source=(f"{source}: {len(windows)} windows against the defaults at "
+                    + ", ".join(f"{r:g}" for r in sorted(rates)) + " req/s"))
+        out.append(CarriedConfig({**defaults, **profile.config, **changed}, changed, effect))
+    return sorted(out, key=lambda c: canonical_json(c.changed))
+
+
 def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engine: Target,
                             slo: SLO, objective: Objective, workload: Mapping[str, float],
                             total_rate_rps: float | None = None) -> CalibratedAnswer | None:
@@ -238,20 +326,31 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
             at_workload.setdefault(key(t.config), []).append(t)
 
     configs = _variants(engine, profile)
+    effects: list[KnobEffect | None] = [None] * len(configs)
+    for carried in knob_effects(store, engine, profile, shape, metrics):
+        configs.append(carried.config)
+        effects.append(carried.effect)
     verdicts: list[Verdict] = []
     figures: list[dict[str, Figure]] = []
-    for config in configs:
+    for config, effect in zip(configs, effects, strict=True):
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
-        predicted = predict(profile, streams, rate_rps=rate, slots=slots, token_budget=budget)
+        predicted = predict(profile, streams, rate_rps=rate, slots=slots, token_budget=budget,
+                            effect=effect)
+        said = note if effect is None else (
+            f"{note}; the effect of "
+            + ", ".join(f"{k}={v}" for k, v in sorted(config.items())
+                        if defaults.get(k) != v and k in carried_knobs(engine))
+            + f" carried as the ratio against the defaults measured on {effect.source}, its "
+              "spread widening the interval")
         if windows:
             verdicts.append(measured_verdict(slo, [t.metrics for t in windows],
                                              trial_ids=[t.id or 0 for t in windows]))
-            figures.append({**_predicted_figures(predicted, metrics, note),
+            figures.append({**_predicted_figures(predicted, metrics, said),
                             **_measured(windows, metrics)})
         else:
             verdicts.append(predicted_verdict(slo, _intervals(predicted)))
-            figures.append(_predicted_figures(predicted, metrics, note))
+            figures.append(_predicted_figures(predicted, metrics, said))
     feasible = [i for i, v in enumerate(verdicts) if v.meets]
     notes = [f"{LABEL} on {profile.hardware} (profile {profile.name}, probe windows at "
              + ", ".join(f"{w['workload_spec']['params']['arrival']['rate_rps']:g}"
@@ -259,8 +358,10 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
              + " req/s): the GPU's trials of this model measured fewer than "
              f"{MIN_MEASURED_CONFIGS} configs, so the simulator with the calibrated step costs "
              "answers where no window was measured at this workload",
-             "only the batch limits vary from a calibration (through the simulator); every other "
-             "knob stays at its default: its effect is not carried to this GPU "
+             "from a calibration the batch limits vary through the simulator, the knobs the "
+             f"target carries ({', '.join(carried_knobs(engine)) or 'none'}) as their ratio "
+             "against the defaults measured on the hardware with the most trials of this model; "
+             "every other knob stays at its default: its effect does not transfer "
              "(docs/new-gpu.md)"]
     default_i = 0
     chosen: int | None
@@ -289,18 +390,20 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
     high_rps = max(float(w["workload_spec"]["params"]["arrival"]["rate_rps"])
                    for w in profile.probe) * CAPACITY_SPAN
 
-    def capacity_of(config: Mapping[str, Any]) -> CapacityAt:
+    def capacity_of(i: int) -> CapacityAt:
+        config = configs[i]
         slots, budget = _limits(engine, config)
         cap = capacity_at_slo(profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps,
-                              high_rps=high_rps, slots=slots, token_budget=budget)
+                              high_rps=high_rps, slots=slots, token_budget=budget,
+                              effect=effects[i])
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None
                           else replicas_for(total_rate_rps, cap), why)
 
-    default_capacity = capacity_of(configs[default_i])
+    default_capacity = capacity_of(default_i)
     capacity = (None if chosen is None else default_capacity if chosen == default_i
-                else capacity_of(configs[chosen]))
+                else capacity_of(chosen))
     closest = None
     if chosen is None:
         j = min(range(len(configs)), key=lambda i: (

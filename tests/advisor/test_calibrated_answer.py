@@ -14,7 +14,12 @@ import jsonschema
 import pytest
 
 from advisor.answers import RecommendationRequest
-from advisor.answers.calibration import MIN_MEASURED_CONFIGS, calibration_profile
+from advisor.answers.calibration import (
+    MIN_MEASURED_CONFIGS,
+    calibration_profile,
+    carried_knobs,
+    knob_effects,
+)
 from advisor.answers.planner import plan_recommendation
 from knowledge import TrialStore
 from knowledge.calibrated import COVERAGE, LABEL
@@ -157,3 +162,59 @@ def test_the_cli_prints_capacity_and_replicas(store: TrialStore) -> None:
 def test_a_bad_total_rate_is_refused() -> None:
     with pytest.raises(ValueError, match="total_rate_rps"):
         RecommendationRequest(target="vllm", slo=SLO, total_rate_rps=0)
+
+
+@pytest.fixture(scope="module")
+def with_h200(tmp_path_factory: pytest.TempPathFactory) -> TrialStore:
+    """The H100's files and the H200's 8B defaults (cross-check) and knob study (FP8)."""
+    db = tmp_path_factory.mktemp("h100h200") / "both.db"
+    s = TrialStore(f"sqlite:///{db}")
+    for name in (*H100_FILES, "h200-vllm-crosscheck-2026-12-01.jsonl",
+                 "h200-vllm-knobs-2026-12-04.jsonl"):
+        import_file(s, shipped_file(name))
+    return s
+
+
+def test_a_carried_knob_is_a_candidate_with_its_measured_ratio(with_h200: TrialStore) -> None:
+    """The target carries weight quantization (vLLM: `quantization`): its ratio against the
+    defaults, measured on the H200 at the same rates, moves the H100 prediction, and its spread
+    widens the interval beyond the defaults'."""
+    engine = get_target("vllm")
+    carried = carried_knobs(engine)
+    assert carried, "the target declares the knobs whose effect carries"
+    profile = find_profile(with_h200, target="vllm", model="llama-3-8b", hardware="h100")
+    assert profile is not None
+    metrics = ["output_tokens_per_s", "ttft_p95_ms", "tpot_p95_ms"]
+    found = knob_effects(with_h200, engine, profile, {"prompt_len": 256, "output_len": 128},
+                         metrics)
+    assert found and all(set(c.changed) <= set(carried) for c in found)
+    effect = found[0].effect
+    assert effect.source.startswith("1x-nvidia-h200")
+    assert all(effect.log_sd[m] > 0 for m in effect.ratios)
+    answer = plan_recommendation(with_h200, RecommendationRequest(
+        target="vllm", slo=SLO, hardware="h100", model="llama-3-8b",
+        workload={"rate_rps": 30}), models=_no_models)
+    assert answer.basis == "calibration"
+    alone = _ask(store_h100_only(), 30).candidates["considered"]
+    assert answer.candidates["considered"] == alone + len(found)
+    # the carried config's interval, predicted with the same batch limits as the defaults
+    from advisor.answers.calibration import _probe_params
+    from advisor.calibrate import workload_streams
+    from knowledge.calibrated import predict
+
+    streams = workload_streams(_probe_params(profile))(30.0)
+    plain = predict(profile, streams, rate_rps=30.0)
+    moved = predict(profile, streams, rate_rps=30.0, effect=effect)
+    for m in effect.ratios:
+        assert moved.figures[m].value == pytest.approx(plain.figures[m].value
+                                                        * effect.ratios[m])
+        assert (math.log(moved.figures[m].high / moved.figures[m].value)
+                > math.log(plain.figures[m].high / plain.figures[m].value))
+
+
+def store_h100_only() -> TrialStore:
+    """The H100's files alone: no other hardware, so no knob effect to carry."""
+    s = TrialStore("sqlite://")
+    for name in H100_FILES:
+        import_file(s, shipped_file(name))
+    return s
