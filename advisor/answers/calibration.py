@@ -23,7 +23,7 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.answers.document import Figure
@@ -49,9 +49,20 @@ from objectives import SLO
 from objectives.target import Target
 from objectives.workload import Workload, canonical_json
 
-__all__ = ["BATCH_ROLES", "MIN_MEASURED_CONFIGS", "CalibratedAnswer", "CapacityAt",
-           "CarriedConfig", "answer_from_calibration", "calibration_profile", "carried_knobs",
-           "knob_effects"]
+__all__ = [
+    "BATCH_ROLES",
+    "MIN_MEASURED_CONFIGS",
+    "CalibratedAnswer",
+    "Calibration",
+    "CapacityAt",
+    "CarriedConfig",
+    "answer_from_calibration",
+    "calibration_profile",
+    "carried_knobs",
+    "knob_effects",
+    "missing_calibration",
+    "shape_transferred",
+]
 
 #: A hardware whose trials of the model hold fewer configs than this cannot compare configs
 #: from measurements (a calibration probe measures one: the defaults); a profile answers there.
@@ -78,7 +89,7 @@ class CapacityAt:
 class CalibratedAnswer:
     """What the calibration source found: the planner turns it into the answer document."""
 
-    profile: HardwareProfile
+    calibration: Calibration
     status: str
     answer: str
     workload: dict[str, float]
@@ -113,23 +124,105 @@ def _model_trials(store: TrialStore, target: str, hardware_key: str, model: str
             if str((t.workload_spec.get("params") or {}).get("model")) == model]
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """The profile an answer predicts with, and how it was come by: the asked model's own
+    calibration on the asked GPU, or another shape's carried to it (``transferred_from``) by the
+    ratio of the two shapes' step costs on a GPU that calibrated both (``via``)."""
+
+    profile: HardwareProfile
+    label: str = LABEL
+    source: str = ""
+    transferred_from: str | None = None
+    via: str | None = None
+
+
+def _too_few_configs(store: TrialStore, engine: Target, hardware_key: str, model: str) -> bool:
+    defaults = engine.space().default_config()
+    configs = {canonical_json({**defaults, **t.config})
+               for t in _model_trials(store, engine.name, hardware_key, model)}
+    return len(configs) < MIN_MEASURED_CONFIGS
+
+
 def calibration_profile(store: TrialStore, *, engine: Target, model: str | None,
-                        hardware: str | None) -> HardwareProfile | None:
-    """The newest profile of ``engine`` serving ``model`` on ``hardware`` (a key or part of it,
-    ``h100``) when that hardware's measured trials of the model hold fewer than
-    :data:`MIN_MEASURED_CONFIGS` configs; None otherwise (measurements answer there)."""
+                        hardware: str | None) -> Calibration | None:
+    """The calibration answering for ``model`` on ``hardware`` (a key or part of it, ``h100``)
+    when that hardware's measured trials of the model hold fewer than
+    :data:`MIN_MEASURED_CONFIGS` configs (else None: measurements answer there): the newest
+    profile of the model there, else one of another shape there carried to the model
+    (:func:`shape_transferred`), else None."""
     if model is None or hardware is None:
         return None
     found = [p for p in list_profiles(store, target=engine.name, model=model)
              if _matches(p, hardware)]
-    if not found:
+    if found:
+        profile = found[-1]
+        if not _too_few_configs(store, engine, profile.hardware_key, model):
+            return None
+        return Calibration(profile, LABEL, profile.name)
+    carried = shape_transferred(store, engine=engine, model=model, hardware=hardware)
+    if carried is None or not _too_few_configs(store, engine, carried.profile.hardware_key,
+                                               model):
         return None
-    profile = found[-1]
-    space = engine.space()
-    defaults = space.default_config()
-    configs = {canonical_json({**defaults, **t.config})
-               for t in _model_trials(store, engine.name, profile.hardware_key, model)}
-    return profile if len(configs) < MIN_MEASURED_CONFIGS else None
+    return carried
+
+
+def _ratio(value: float, base: float, fallback: float) -> float:
+    return value / base if base > 0 else fallback
+
+
+def shape_transferred(store: TrialStore, *, engine: Target, model: str, hardware: str
+                      ) -> Calibration | None:
+    """A profile of ``model`` on ``hardware`` carried from the newest profile of another shape
+    there: its step costs times the ratio of ``model``'s to that shape's on another GPU that has
+    profiles of both (the newest such pair), the offsets and the frontend kept (the same server);
+    its error the three calibrations' errors added in quadrature (how far the ratio itself moves
+    between GPUs is not measured). None where no such pair exists."""
+    profiles = list_profiles(store, target=engine.name)
+    for base in reversed([p for p in profiles if _matches(p, hardware) and p.model != model]):
+        pairs = [(a, b) for a in profiles for b in profiles
+                 if a.hardware_key == b.hardware_key != base.hardware_key
+                 and a.model == base.model and b.model == model]
+        if not pairs:
+            continue
+        a, b = pairs[-1]
+        speed = _ratio(base.fixed_ms, a.fixed_ms, 1.0)  # this GPU against the pair's
+
+        def scaled(mine: float, theirs_a: float, theirs_b: float, speed: float = speed
+                   ) -> float:
+            return mine * theirs_b / theirs_a if theirs_a > 0 else theirs_b * speed
+
+        metrics = set(base.error_log) | set(a.error_log) | set(b.error_log)
+        error = {m: math.sqrt(sum(p.error_log.get(m, max(p.error_log.values(), default=0.0))
+                                  ** 2 for p in (base, a, b))) for m in sorted(metrics)}
+        profile = replace(
+            base, model=model, model_shape=dict(b.model_shape),
+            fixed_ms=scaled(base.fixed_ms, a.fixed_ms, b.fixed_ms),
+            per_sequence_ms=scaled(base.per_sequence_ms, a.per_sequence_ms, b.per_sequence_ms),
+            per_prefill_token_ms=scaled(base.per_prefill_token_ms, a.per_prefill_token_ms,
+                                        b.per_prefill_token_ms),
+            error_log=error, uid=f"{base.uid}>{model}")
+        label = f"{LABEL} (shape-transferred from {base.model})"
+        source = (f"{base.name} scaled by {b.model} / {base.model} step costs on "
+                  f"{a.hardware_key} ({a.uid}, {b.uid})")
+        return Calibration(profile, label, source, base.model, a.hardware_key)
+    return None
+
+
+def missing_calibration(store: TrialStore, *, engine: Target, model: str | None,
+                        hardware: str | None) -> str | None:
+    """Where ``hardware`` has calibrations of other shapes but none reaches ``model``: which
+    calibration to run (a note for a not-covered answer); else None."""
+    if model is None or hardware is None:
+        return None
+    here = sorted({p.model for p in list_profiles(store, target=engine.name)
+                   if _matches(p, hardware) and p.model != model})
+    if not here:
+        return None
+    return (f"{hardware} is calibrated for {', '.join(here)} but not for {model}, and no GPU "
+            f"has calibrations of both shapes to carry one to the other: run `advisor calibrate "
+            f"--target {engine.name} --model {model}` on the {hardware} (one engine start, "
+            "about 3 minutes)")
 
 
 def _probe_params(profile: HardwareProfile) -> dict[str, Any]:
@@ -195,11 +288,12 @@ def _measured(windows: Sequence[TrialRecord], metrics: Sequence[str]) -> dict[st
                                                       metrics).items()}
 
 
-def _interval_note(profile: HardwareProfile) -> str:
+def _interval_note(calibration: Calibration) -> str:
     """The label every calibrated figure carries, with what widened its interval."""
+    profile = calibration.profile
     err = ", ".join(f"{m} x{math.exp(v):.2f}" for m, v in sorted(profile.error_log.items()))
-    return (f"{LABEL} ({profile.name}); 90% interval widened by the calibration's own "
-            f"leave-one-out error ({err}) and the window-to-window noise of "
+    return (f"{calibration.label} ({calibration.source}); 90% interval widened by the "
+            f"calibration's measured error ({err}) and the window-to-window noise of "
             f"{profile.noise_source}")
 
 
@@ -297,12 +391,13 @@ def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
     return sorted(out, key=lambda c: canonical_json(c.changed))
 
 
-def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engine: Target,
+def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engine: Target,
                             slo: SLO, objective: Objective, workload: Mapping[str, float],
                             total_rate_rps: float | None = None) -> CalibratedAnswer | None:
     """The answer ``profile`` gives for ``workload`` (see the module docstring); None where the
     asked workload's lengths are not the probe's (the profile's streams would not be it)."""
-    params = _probe_params(profile)
+    profile = calibration.profile
+    params = {**_probe_params(profile), "model": profile.model}
     probe_features = workload_features({"params": params})
     asked = {**probe_features, **{k: float(v) for k, v in workload.items()}}
     shape = {k: v for k, v in asked.items() if k != "rate_rps"}
@@ -312,7 +407,7 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
     streams_at = workload_streams(params)
     streams = streams_at(rate)
     metrics = list(dict.fromkeys([objective.metric, *slo.metrics]))
-    note = _interval_note(profile)
+    note = _interval_note(calibration)
     space = engine.space()
     defaults = space.default_config()
 
@@ -352,7 +447,7 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
             verdicts.append(predicted_verdict(slo, _intervals(predicted)))
             figures.append(_predicted_figures(predicted, metrics, said))
     feasible = [i for i, v in enumerate(verdicts) if v.meets]
-    notes = [f"{LABEL} on {profile.hardware} (profile {profile.name}, probe windows at "
+    notes = [f"{calibration.label} on {profile.hardware} ({calibration.source}; probe windows at "
              + ", ".join(f"{w['workload_spec']['params']['arrival']['rate_rps']:g}"
                          for w in profile.probe)
              + " req/s): the GPU's trials of this model measured fewer than "
@@ -428,7 +523,7 @@ def answer_from_calibration(store: TrialStore, profile: HardwareProfile, *, engi
                  "that rate")
     cited = tuple(at_workload.get(key(answered), []))
     return CalibratedAnswer(
-        profile=profile, status=status, answer=kind, workload=asked, config=picked,
+        calibration=calibration, status=status, answer=kind, workload=asked, config=picked,
         launch_command=launch, figures={} if chosen is None else figures[chosen],
         verdict=None if chosen is None else verdicts[chosen],
         default_config=configs[default_i], default_figures=figures[default_i],

@@ -31,6 +31,7 @@ from advisor.answers.calibration import (
     CapacityAt,
     answer_from_calibration,
     calibration_profile,
+    missing_calibration,
 )
 from advisor.answers.document import (
     Answer,
@@ -95,10 +96,10 @@ def plan_recommendation(store: TrialStore, request: RecommendationRequest, *,
         if shaped is not None:
             return _with_notes(_from_shape(shaped, q, hardware), hw_notes)
     if not request.measured:
-        profile = calibration_profile(store, engine=q.engine, model=q.model_key,
-                                      hardware=hardware)
-        calibrated = None if profile is None else answer_from_calibration(
-            store, profile, engine=q.engine, slo=q.slo, objective=q.objective,
+        calibration = calibration_profile(store, engine=q.engine, model=q.model_key,
+                                          hardware=hardware)
+        calibrated = None if calibration is None else answer_from_calibration(
+            store, calibration, engine=q.engine, slo=q.slo, objective=q.objective,
             workload=q.workload, total_rate_rps=request.total_rate_rps)
         if calibrated is not None:
             return _with_notes(_from_calibration(calibrated, q), hw_notes)
@@ -113,7 +114,12 @@ def plan_recommendation(store: TrialStore, request: RecommendationRequest, *,
         workload=dict(q.workload), objective=str(q.objective),
         model_shape=None if q.shape is None else q.shape.to_dict(),
         launch_model=launch_model), models=fitted, failure_cache_dir=cache_dir)
-    return _with_notes(_from_model(rec_m, q, hardware), hw_notes)
+    answer = _from_model(rec_m, q, hardware)
+    if answer.status == "not_covered":  # a calibration that would cover it, where one is near
+        missing = missing_calibration(store, engine=q.engine, model=q.model_key,
+                                      hardware=hardware)
+        hw_notes = [*hw_notes, *([missing] if missing else [])]
+    return _with_notes(answer, hw_notes)
 
 
 # -- hardware ----------------------------------------------------------------------------------
@@ -388,7 +394,8 @@ def _replicas_figure(at: CapacityAt | None, total: float | None) -> ReplicasFigu
 
 
 def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
-    profile = rec.profile
+    calibration = rec.calibration
+    profile = calibration.profile
     status = cast(Status, rec.status)
     hardware = profile.hardware_key
     verdict = rec.verdict
@@ -398,8 +405,8 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
                   "windows at this workload where a config has them, else the conservative end "
                   "of the calibrated 90% interval)")
     summary = _summary(status, q, hardware, verdict, reason).rstrip(".") + "."
-    summary += (f" Predicted from calibration on {profile.hardware} (profile {profile.name}); "
-                "verify it on the GPU before relying on it.")
+    summary += (f" {calibration.label.capitalize()} on {profile.hardware} "
+                f"({calibration.source}); verify it on the GPU before relying on it.")
     total = q.request.total_rate_rps
     capacity = Capacity(
         slo=str(q.slo), config=_capacity_figure(rec.capacity),
@@ -415,7 +422,7 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
                                meets_slo=q.slo.is_met(t.metrics), same_config=True)
                 for t in rec.windows]
     level: ConfidenceLevel = "low" if rec.config is not None else "none"
-    why = (f"predicted from calibration: the simulator with {profile.name}'s step costs, "
+    why = (f"{calibration.label}: the simulator with {calibration.source}'s step costs, "
            "intervals widened by the calibration's measured error; not measured on this GPU "
            "at this workload" if rec.config is not None else reason or "")
     next_step = NextStep(tune_command=rec.verify_command,
@@ -434,11 +441,18 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
         closest=_finite(rec.closest),
         context={"target": profile.target, "hardware_key": hardware,
                  "model": display_name(profile.model), "model_id": profile.model,
-                 "profile": profile.name, "profile_uid": profile.uid,
+                 "profile": calibration.source, "profile_uid": profile.uid,
                  "engine_versions": dict(profile.engine_versions)},
         candidates={"considered": rec.considered, "feasible": rec.feasible},
         capacity=capacity, notes=list(rec.notes),
-        details={"calibration": {"profile": profile.name, "uid": profile.uid,
+        details={"calibration": {"profile": calibration.source, "uid": profile.uid,
+                                 "label": calibration.label,
+                                 "transferred_from": calibration.transferred_from,
+                                 "via": calibration.via,
+                                 "step_ms": {"fixed": profile.fixed_ms,
+                                             "per_sequence": profile.per_sequence_ms,
+                                             "per_prefill_token":
+                                                 profile.per_prefill_token_ms},
                                  "gpu": profile.gpu_name, "created_at": profile.created_at,
                                  "error_log": dict(profile.error_log),
                                  "noise_log": dict(profile.noise_log),

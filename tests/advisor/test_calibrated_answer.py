@@ -218,3 +218,21 @@ def store_h100_only() -> TrialStore:
     for name in H100_FILES:
         import_file(s, shipped_file(name))
     return s
+
+
+def _empty_models(store: TrialStore):
+    from knowledge.cache import KnowledgeModels, data_key
+
+    return KnowledgeModels(data_key(store), "linear-forest")
+
+
+def test_another_shape_without_a_pair_names_the_calibration_to_run() -> None:
+    """The 1B on the H100, with only the 8B's profile there and no GPU calibrated for both:
+    not covered, and a note names the calibration that would cover it."""
+    s = store_h100_only()
+    request = RecommendationRequest(target="vllm", slo=SLO, hardware="h100",
+                                    model="llama-3.2-1b", workload={"rate_rps": 60})
+    answer = plan_recommendation(s, request, models=_empty_models(s))
+    assert answer.status == "not_covered" and answer.basis != "calibration"
+    assert any("advisor calibrate --target vllm --model llama-3.2-1b" in n
+               for n in answer.notes), answer.notes
