@@ -422,7 +422,7 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
                                meets_slo=q.slo.is_met(t.metrics), same_config=True)
                 for t in rec.windows]
     level: ConfidenceLevel = "low" if rec.config is not None else "none"
-    why = (f"{calibration.label}: the simulator with {calibration.source}'s step costs, "
+    why = (f"{calibration.label}: the simulator with the step costs of {calibration.source}, "
            "intervals widened by the calibration's measured error; not measured on this GPU "
            "at this workload" if rec.config is not None else reason or "")
     next_step = NextStep(tune_command=rec.verify_command,

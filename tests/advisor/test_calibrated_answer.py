@@ -236,3 +236,41 @@ def test_another_shape_without_a_pair_names_the_calibration_to_run() -> None:
     assert answer.status == "not_covered" and answer.basis != "calibration"
     assert any("advisor calibrate --target vllm --model llama-3.2-1b" in n
                for n in answer.notes), answer.notes
+
+
+H200_PROFILES = "h200-vllm-profiles-2026-12-01.jsonl"
+
+
+def test_another_shape_is_carried_by_the_ratio_measured_where_both_were_calibrated() -> None:
+    """The 1B on the H100 with the 8B's H100 profile and the H200's profiles of both shapes:
+    the H100 8B step costs times the H200's 1B / 8B ratio, labelled shape-transferred, each
+    interval widened by the three calibrations' errors (wider than the 8B's own)."""
+    s = store_h100_only()
+    import_file(s, shipped_file(H200_PROFILES))
+    base = find_profile(s, target="vllm", model="llama-3-8b", hardware="h100")
+    a = find_profile(s, target="vllm", model="llama-3-8b", hardware="h200")
+    b = find_profile(s, target="vllm", model="llama-3.2-1b", hardware="h200")
+    assert base is not None and a is not None and b is not None
+    answer = plan_recommendation(s, RecommendationRequest(
+        target="vllm", slo=SLO, hardware="h100", model="llama-3.2-1b",
+        workload={"rate_rps": 20}), models=_no_models)
+    assert answer.basis == "calibration"
+    assert "shape-transferred from llama-3-8b" in answer.summary
+    jsonschema.validate(json.loads(answer.to_json_bytes()), SCHEMA)
+    step = answer.details["calibration"]["step_ms"]
+    assert step["fixed"] == pytest.approx(base.fixed_ms * b.fixed_ms / a.fixed_ms)
+    assert step["per_prefill_token"] == pytest.approx(
+        base.per_prefill_token_ms * b.per_prefill_token_ms / a.per_prefill_token_ms)
+    eight = _ask(s, 20)
+    figures = answer.figures or answer.default.figures  # type: ignore[union-attr]
+    assert figures
+    for metric, figure in figures.items():
+        if figure.basis != "predicted":
+            continue
+        assert figure.note is not None and "shape-transferred from llama-3-8b" in figure.note
+        error = math.sqrt(sum(p.error_log[metric] ** 2 for p in (base, a, b)))
+        half = math.log(figure.high / figure.value)  # type: ignore[operator]
+        assert half == pytest.approx(1.6448536269514722 * math.sqrt(
+            error ** 2 + base.noise_log[metric] ** 2), rel=1e-6)
+        own = eight.default.figures[metric]  # type: ignore[union-attr]
+        assert half > math.log(own.high / own.value)  # type: ignore[operator]
