@@ -183,7 +183,10 @@ def content_key(store: TrialStore) -> str | None:
     count, newest = int(count or 0), int(newest or 0)
     if not imports or count == 0 or count != sum(n for _, n in imports) or newest != count:
         return None
-    return hashlib.sha256("\n".join(sorted(d for d, _ in imports)).encode()).hexdigest()[:16]
+    # An import that added no trial (a file of hardware profiles) leaves the fitted data as it
+    # was: it is no part of the content (knowledge.shipped_models.shipped_content skips it too).
+    return hashlib.sha256("\n".join(sorted(d for d, n in imports if n)).encode()
+                          ).hexdigest()[:16]
 
 
 @dataclass

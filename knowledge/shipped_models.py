@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from knowledge.transfer import SHIPPED_DIR, read_trials_text, shipped_files
+from knowledge.transfer import FORMAT, SHIPPED_DIR, read_trials_text, shipped_files
 
 __all__ = ["REGENERATE", "SHIPPED_KEY", "SHIPPED_MODELS", "ShippedKey", "library_versions",
            "read_shipped", "shipped_content", "shipped_key", "source_digest", "write_shipped"]
@@ -63,9 +63,17 @@ class ShippedKey:
 def shipped_content(directory: Path = SHIPPED_DIR) -> str:
     """The content key a fresh store of the shipped files has (:func:`knowledge.cache.
     content_key` over the import records those files leave), computed from the files."""
-    digests = sorted(hashlib.sha256(read_trials_text(p).encode()).hexdigest()
-                     for p in shipped_files(directory))
+    texts = (read_trials_text(p) for p in shipped_files(directory))
+    # A file of hardware profiles only adds no trial: the fit never sees it (content_key).
+    digests = sorted(hashlib.sha256(text.encode()).hexdigest() for text in texts
+                     if _holds_trials(text))
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
+
+
+def _holds_trials(text: str) -> bool:
+    """Whether a knowledge file's JSONL holds at least one trial line."""
+    return any(json.loads(line).get("format") == FORMAT for line in text.splitlines()
+               if line.strip())
 
 
 def _module_file(name: str) -> Path | None:

@@ -17,6 +17,8 @@ __all__ = [
     "ANSWER_SCHEMA_VERSION",
     "Answer",
     "AnswerKind",
+    "Capacity",
+    "CapacityFigure",
     "Comparison",
     "Confidence",
     "ConfidenceLevel",
@@ -25,6 +27,7 @@ __all__ = [
     "Figure",
     "NextStep",
     "Question",
+    "ReplicasFigure",
     "Status",
     "VerdictDoc",
     "answer_json_schema",
@@ -34,7 +37,7 @@ ANSWER_SCHEMA_VERSION: Literal[1] = 1
 
 Status = Literal["recommended", "keep_defaults", "no_feasible_config", "not_covered"]
 AnswerKind = Literal["config", "keep_defaults", "none"]
-Basis = Literal["model", "measured", "extrapolation", "none"]
+Basis = Literal["model", "measured", "extrapolation", "calibration", "none"]
 ConfidenceLevel = Literal["high", "medium", "low", "none"]
 
 
@@ -117,6 +120,39 @@ class NextStep(_Doc):
     reason: str | None = None
 
 
+class CapacityFigure(_Doc):
+    """The highest arrival rate one GPU holds at the SLO with one config, and the range its
+    interval allows (``low``: every figure at its pessimistic end; ``high``: optimistic)."""
+
+    rate_rps: float
+    low: float
+    high: float
+    basis: Literal["measured", "predicted"] = "predicted"
+    note: str | None = Field(default=None, description="its label (e.g. `predicted from "
+                                                       "calibration`) and why it was capped")
+
+
+class ReplicasFigure(_Doc):
+    """Replicas of one GPU serving a total rate at the SLO: ceil(total / capacity), with the
+    range the capacity's interval gives (null: no count does, a capacity bound is 0)."""
+
+    total_rate_rps: float
+    count: int | None
+    low: int | None = None
+    high: int | None = None
+
+
+class Capacity(_Doc):
+    """Capacity at the SLO of the answered config and of the defaults, and the replicas the
+    asked total rate needs with each (null where not computed)."""
+
+    slo: str
+    config: CapacityFigure | None = None
+    default: CapacityFigure | None = None
+    replicas: ReplicasFigure | None = None
+    default_replicas: ReplicasFigure | None = None
+
+
 class Question(_Doc):
     """The question as the planner resolved it."""
 
@@ -128,6 +164,8 @@ class Question(_Doc):
     model: str | None = Field(default=None, description="the model as the user named it")
     workload: dict[str, float] = Field(default_factory=dict)
     measured_only: bool = False
+    total_rate_rps: float | None = Field(default=None, description="total arrival rate to "
+                                                                   "serve (replicas)")
 
 
 class Answer(_Doc):
@@ -139,7 +177,10 @@ class Answer(_Doc):
     basis: Basis = Field(description="what the answer rests on: `model` (fitted models over "
                                      "stored trials, measured windows first), `measured` "
                                      "(stored trials only), `extrapolation` (a model shape "
-                                     "never measured here, carried from measured shapes)")
+                                     "never measured here, carried from measured shapes), "
+                                     "`calibration` (a GPU known from a calibration profile: "
+                                     "the simulator with its step costs, measured windows "
+                                     "first)")
     summary: str
     question: Question
     config: dict[str, Any] | None = None
@@ -157,6 +198,8 @@ class Answer(_Doc):
     candidates: dict[str, int] = Field(default_factory=dict)
     model_quality: dict[str, dict[str, Any]] = Field(default_factory=dict)
     quality_headroom: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    capacity: Capacity | None = Field(default=None, description="the highest rate one GPU "
+                                      "holds at the SLO, and replicas for a total rate")
     notes: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict,
                                     description="outcome-specific extras (a shape's position "

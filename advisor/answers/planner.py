@@ -10,7 +10,10 @@ evidence sources, strongest first for what the question allows:
 - the fitted models, with measured windows at the workload deciding every config that has
   them (``recommend``);
 - for a model shape never measured on the hardware, the measured shapes carried to it
-  (advisor/answers/shapes.py).
+  (advisor/answers/shapes.py);
+- for a GPU known from a calibration profile and too few measured configs there, the simulator
+  with the profile's step costs, measured windows at the workload first
+  (advisor/answers/calibration.py).
 
 Each judges the default and every candidate by the same rule (advisor/answers/rule.py); the
 planner turns their result into the one document.
@@ -23,9 +26,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from advisor.answers.calibration import (
+    CalibratedAnswer,
+    CapacityAt,
+    answer_from_calibration,
+    calibration_profile,
+    missing_calibration,
+)
 from advisor.answers.document import (
     Answer,
     AnswerKind,
+    Capacity,
+    CapacityFigure,
     Comparison,
     Confidence,
     ConfidenceLevel,
@@ -34,6 +46,7 @@ from advisor.answers.document import (
     Figure,
     NextStep,
     Question,
+    ReplicasFigure,
     Status,
     VerdictDoc,
 )
@@ -82,6 +95,14 @@ def plan_recommendation(store: TrialStore, request: RecommendationRequest, *,
             objective=str(q.objective), workload=q.workload)
         if shaped is not None:
             return _with_notes(_from_shape(shaped, q, hardware), hw_notes)
+    if not request.measured:
+        calibration = calibration_profile(store, engine=q.engine, model=q.model_key,
+                                          hardware=hardware)
+        calibrated = None if calibration is None else answer_from_calibration(
+            store, calibration, engine=q.engine, slo=q.slo, objective=q.objective,
+            workload=q.workload, total_rate_rps=request.total_rate_rps)
+        if calibrated is not None:
+            return _with_notes(_from_calibration(calibrated, q), hw_notes)
     if request.measured:
         rec = recommend_measured(store, target=q.engine.name, slo=q.slo, objective=q.objective,
                                  hardware_key=hardware, model=q.model_key, workload=q.workload,
@@ -93,7 +114,12 @@ def plan_recommendation(store: TrialStore, request: RecommendationRequest, *,
         workload=dict(q.workload), objective=str(q.objective),
         model_shape=None if q.shape is None else q.shape.to_dict(),
         launch_model=launch_model), models=fitted, failure_cache_dir=cache_dir)
-    return _with_notes(_from_model(rec_m, q, hardware), hw_notes)
+    answer = _from_model(rec_m, q, hardware)
+    if answer.status == "not_covered":  # a calibration that would cover it, where one is near
+        missing = missing_calibration(store, engine=q.engine, model=q.model_key,
+                                      hardware=hardware)
+        hw_notes = [*hw_notes, *([missing] if missing else [])]
+    return _with_notes(answer, hw_notes)
 
 
 # -- hardware ----------------------------------------------------------------------------------
@@ -154,7 +180,7 @@ def _question(q: ResolvedQuestion, hardware_key: str | None,
     return Question(target=q.engine.name, slo=str(q.slo), objective=str(q.objective),
                     hardware=q.request.hardware, hardware_key=hardware_key,
                     model=q.model_name, workload=dict(workload or q.workload),
-                    measured_only=q.request.measured)
+                    measured_only=q.request.measured, total_rate_rps=q.request.total_rate_rps)
 
 
 def _verdict_doc(v: Verdict | None) -> VerdictDoc | None:
@@ -350,3 +376,84 @@ def _from_shape(rec: ShapeRecommendation | UnmeasuredShape, q: ResolvedQuestion,
         details=_finite({k: v for k, v in rec.to_dict().items() if k in (
             "shape_position", "beyond_factor", "feature", "model_shape", "capacity_rps",
             "measured_shapes", "held_out_shapes", "predicted_note")}))
+
+
+def _capacity_figure(at: CapacityAt | None) -> CapacityFigure | None:
+    if at is None:
+        return None
+    c = at.capacity
+    return CapacityFigure(rate_rps=c.rate_rps, low=c.low, high=c.high, basis="predicted",
+                          note=c.label + (f"; {at.note}" if at.note else ""))
+
+
+def _replicas_figure(at: CapacityAt | None, total: float | None) -> ReplicasFigure | None:
+    if at is None or at.replicas is None or total is None:
+        return None
+    r = at.replicas
+    return ReplicasFigure(total_rate_rps=total, count=r.count, low=r.low, high=r.high)
+
+
+def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
+    calibration = rec.calibration
+    profile = calibration.profile
+    status = cast(Status, rec.status)
+    hardware = profile.hardware_key
+    verdict = rec.verdict
+    reason = None
+    if status == "no_feasible_config":
+        reason = (f"none of {rec.considered} candidate configs meets the SLO here (measured "
+                  "windows at this workload where a config has them, else the conservative end "
+                  "of the calibrated 90% interval)")
+    summary = _summary(status, q, hardware, verdict, reason).rstrip(".") + "."
+    summary += (f" {calibration.label.capitalize()} on {profile.hardware} "
+                f"({calibration.source}); verify it on the GPU before relying on it.")
+    total = q.request.total_rate_rps
+    capacity = Capacity(
+        slo=str(q.slo), config=_capacity_figure(rec.capacity),
+        default=_capacity_figure(rec.default_capacity),
+        replicas=_replicas_figure(rec.capacity, total),
+        default_replicas=_replicas_figure(rec.default_capacity, total))
+    evidence = [EvidenceWindow(trial_id=t.id or 0, study=str(t.study_id), config=t.config,
+                               measured=_finite({m: float(t.metrics[m]) for m in dict.fromkeys(
+                                   [str(q.objective.metric), *q.slo.metrics])
+                                   if isinstance(t.metrics.get(m), int | float)}),
+                               workload=str(t.workload_spec.get("name") or ""),
+                               workload_features=workload_features(t.workload_spec),
+                               meets_slo=q.slo.is_met(t.metrics), same_config=True)
+                for t in rec.windows]
+    level: ConfidenceLevel = "low" if rec.config is not None else "none"
+    why = (f"{calibration.label}: the simulator with the step costs of {calibration.source}, "
+           "intervals widened by the calibration's measured error; not measured on this GPU "
+           "at this workload" if rec.config is not None else reason or "")
+    next_step = NextStep(tune_command=rec.verify_command,
+                         reason="verify the calibrated answer on the GPU: the answered config "
+                                "(and the defaults beside it) at the asked rate, 3 rounds")
+    return Answer(
+        status=status, answer=cast(AnswerKind, rec.answer), basis="calibration",
+        summary=summary, question=_question(q, hardware, rec.workload),
+        config=rec.config, launch_command=rec.launch_command,
+        figures=rec.figures if rec.config is not None else {},
+        verdict=_verdict_doc(verdict),
+        default=DefaultAssessment(config=rec.default_config, figures=rec.default_figures,
+                                  verdict=_verdict_doc(rec.default_verdict),
+                                  source=f"{profile.name}: {rec.default_verdict.text()}"),
+        evidence=evidence, confidence=Confidence(level=level, reason=why), next=next_step,
+        closest=_finite(rec.closest),
+        context={"target": profile.target, "hardware_key": hardware,
+                 "model": display_name(profile.model), "model_id": profile.model,
+                 "profile": calibration.source, "profile_uid": profile.uid,
+                 "engine_versions": dict(profile.engine_versions)},
+        candidates={"considered": rec.considered, "feasible": rec.feasible},
+        capacity=capacity, notes=list(rec.notes),
+        details={"calibration": {"profile": calibration.source, "uid": profile.uid,
+                                 "label": calibration.label,
+                                 "transferred_from": calibration.transferred_from,
+                                 "via": calibration.via,
+                                 "step_ms": {"fixed": profile.fixed_ms,
+                                             "per_sequence": profile.per_sequence_ms,
+                                             "per_prefill_token":
+                                                 profile.per_prefill_token_ms},
+                                 "gpu": profile.gpu_name, "created_at": profile.created_at,
+                                 "error_log": dict(profile.error_log),
+                                 "noise_log": dict(profile.noise_log),
+                                 "noise_source": profile.noise_source}})

@@ -70,6 +70,11 @@ class RecommendationRequest(BaseModel):
                     "`basis: extrapolation`, or `not_covered` with the reason")
     measured: bool = Field(default=False, description="answer from measured trials only (no "
                                                       "model predictions)")
+    total_rate_rps: float | None = Field(default=None, gt=0, le=1e9,
+                                         description="total arrival rate (req/s) the fleet "
+                                                     "serves: the answer gives the replicas of "
+                                                     "one GPU it needs at the SLO, where it "
+                                                     "knows the capacity")
 
     @field_validator("workload")
     @classmethod

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from advisor.answers import Answer
-from advisor.answers.document import Figure
+from advisor.answers.document import CapacityFigure, Figure, ReplicasFigure
 from advisor.cli.render import compact_config, fmt_value
 from advisor.errors import AdvisorError
 from objectives.registry import get_target
@@ -28,6 +28,32 @@ def _figure_text(f: Figure) -> str:
     where = (f"measured, median of {f.windows} window{'s' if f.windows != 1 else ''}"
              if f.basis == "measured" else "predicted, 90% interval")
     return f"{fmt_value(f.value)}{span} ({where})" + (f"; {f.note}" if f.note else "")
+
+
+def _capacity_text(c: CapacityFigure) -> str:
+    span = "" if c.low == c.high else f" [{fmt_value(c.low)} .. {fmt_value(c.high)}]"
+    return f"{fmt_value(c.rate_rps)} req/s{span}" + (f" ({c.note})" if c.note else "")
+
+
+def _replicas_text(r: ReplicasFigure) -> str:
+    def n(v: int | None) -> str:
+        return "none holds it" if v is None else str(v)
+
+    span = "" if r.low == r.high else f" [{n(r.low)} .. {n(r.high)}]"
+    return f"{n(r.count)}{span} for {fmt_value(r.total_rate_rps)} req/s"
+
+
+def _capacity_lines(answer: Answer) -> Iterator[tuple[str, str]]:
+    """(key, text) of the answer's capacity at the SLO and replicas, where it has them."""
+    c = answer.capacity
+    if c is None:
+        return
+    for key, fig in (("capacity", c.config), ("default.capacity", c.default)):
+        if fig is not None:
+            yield key, _capacity_text(fig)
+    for key, rep in (("replicas", c.replicas), ("default.replicas", c.default_replicas)):
+        if rep is not None:
+            yield key, _replicas_text(rep)
 
 
 def _config_text(answer: Answer) -> str | None:
@@ -72,6 +98,8 @@ def answer_lines(answer: Answer, explain: bool = False) -> Iterator[str]:
         yield f"default.verdict={answer.default.verdict.text}"
     if answer.comparison is not None:
         yield f"versus_default={answer.comparison.reason}"
+    for key, text in _capacity_lines(answer):
+        yield f"{key}={text}"
     yield f"confidence={answer.confidence.level}: {answer.confidence.reason}"
     if answer.evidence:
         yield "evidence=trials " + ", ".join(str(e.trial_id) for e in answer.evidence)
@@ -121,6 +149,11 @@ def print_answer(console: Console, answer: Answer, explain: bool = False) -> Non
     if answer.closest is not None and not answer.found:
         console.print(f"Closest: {escape(compact_config(answer.closest.get('config') or {}))}",
                       highlight=False)
+    labels = {"capacity": "Capacity at the SLO (one GPU)",
+              "default.capacity": "Capacity at the SLO with the defaults",
+              "replicas": "Replicas", "default.replicas": "Replicas with the defaults"}
+    for key, text in _capacity_lines(answer):
+        console.print(f"{labels[key]}: {escape(text)}", highlight=False)
     console.print(f"Confidence: [bold]{answer.confidence.level}[/bold] "
                   f"({escape(answer.confidence.reason)})")
     if answer.evidence:

@@ -56,6 +56,9 @@ def recommend_cmd(
         help="Vector-search workload: vectors in the index (corpus size N).")] = None,
     dim: Annotated[int | None, typer.Option(help="Vector-search workload: vector dimension.")
                    ] = None,
+    total_rate_rps: Annotated[float | None, typer.Option(
+        help="Total arrival rate (req/s) to serve across replicas: the answer gives the "
+             "replicas of one GPU it needs at the SLO, where it knows the capacity.")] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Show the evidence trials, intervals, model quality and the "
                           "reasoning behind the confidence.")] = False,
@@ -77,6 +80,7 @@ def recommend_cmd(
     hw = {"this": hardware_key(), "any": None}.get(hardware or "", hardware)
     request = _request(target=target, slo=slo, objective=objective, hardware=hw, model=model,
                        model_config=model_config, measured=measured,
+                       total_rate_rps=total_rate_rps,
                        workload=_workload_query(rate_rps, prompt_len, output_len, n_vectors,
                                                 dim))
     store = cli_store(settings)

@@ -294,6 +294,10 @@ class VllmTarget(ServingTarget):
     )
     engine_server: ClassVar[EngineServer] = ENGINE_SERVER
     server_metrics: ClassVar[MetricVocabulary | None] = VLLM_METRICS
+    #: Knobs whose effect a calibrated GPU borrows from a measured one, as the ratio against
+    #: the defaults there (advisor/answers/calibration.py; docs/new-gpu.md says why these and
+    #: not the memory share, CUDA graphs or prefix caching).
+    calibration_carried_knobs: ClassVar[tuple[str, ...]] = ("quantization", "kv_cache_dtype")
 
     # -- one trial: the hooks of ServingTarget.run -----------------------------------------------
 

@@ -170,3 +170,54 @@ def test_an_unmeasured_shape_is_the_same_bytes_through_both_doors(tmp_path: Path
     document = json.loads(rest.content)
     assert document["basis"] == "extrapolation"
     jsonschema.validate(document, json.loads(SCHEMA.read_text()))
+
+
+#: A GPU known from its calibration profile (issue 44): the H100's shipped trials and profile.
+CALIBRATED: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "calibration, no feasible config": (
+        {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h100",
+         "model": "llama-3-8b", "workload": {"rate_rps": 60}, "total_rate_rps": 500},
+        ["--model", "llama-3-8b", "--rate-rps", "60", "--total-rate-rps", "500"]),
+    "calibration, keep defaults": (
+        {"target": "vllm", "slo": "ttft_p95_ms<=300,tpot_p95_ms<=40", "hardware": "h100",
+         "model": "llama-3-8b", "workload": {"rate_rps": 30}},
+        ["--model", "llama-3-8b", "--rate-rps", "30"]),
+}
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from api import create_app
+    from knowledge.transfer import import_file, shipped_file
+
+    tmp = tmp_path_factory.mktemp("calibrated")
+    db = f"sqlite:///{tmp / 'h100.db'}"
+    store = TrialStore(db)
+    for name in ("h100-vllm-heldout-2026-12-06.jsonl", "h100-vllm-profile-2026-12-06.jsonl"):
+        import_file(store, shipped_file(name))
+    env = {**os.environ, "ADVISOR_DB_URL": db, "ADVISOR_CACHE_DIR": str(tmp / "cache"),
+           "ADVISOR_IMPORT_SHIPPED": "0", "PYTHONPATH": str(ROOT)}
+    with TestClient(create_app(make_settings(db, tmp, import_shipped=False))) as client:
+        yield {"env": env, "client": client}
+
+
+@pytest.mark.parametrize("case", list(CALIBRATED))
+def test_a_calibrated_gpu_is_the_same_bytes_through_both_doors(calibrated: dict[str, Any],
+                                                               case: str) -> None:
+    body, extra = CALIBRATED[case]
+    rest = calibrated["client"].post("/v1/recommendations", json=body)
+    assert rest.status_code == 200, rest.text
+    cli = _cli(calibrated["env"], body, extra)
+    assert cli == rest.content
+    document = json.loads(cli)
+    jsonschema.validate(document, json.loads(SCHEMA.read_text()))
+    assert document["basis"] == "calibration"
+    assert document["capacity"]["default"] is not None
+    if "total_rate_rps" in body:
+        assert document["capacity"]["default_replicas"]["total_rate_rps"] == 500
+
+
+def test_a_bad_total_rate_is_a_422(calibrated: dict[str, Any]) -> None:
+    body = {**CALIBRATED["calibration, keep defaults"][0], "total_rate_rps": -5}
+    answer = calibrated["client"].post("/v1/recommendations", json=body)
+    assert answer.status_code == 422 and "total_rate_rps" in answer.text

@@ -92,3 +92,22 @@ def test_shipped_models_from_other_fitting_code_are_not_used(
     monkeypatch.setattr(KnowledgeModels, "fit", classmethod(fit))
     ModelCache(fresh_store, tmp_path / "cache", shared_dir=tmp_path / "shared").get()
     assert fitted == [fresh_store.url]
+
+
+def test_the_shipped_profile_is_imported_and_leaves_the_fitted_content_alone(
+        fresh_store: TrialStore) -> None:
+    """A fresh store holds the shipped H100 profile (knowledge/data/h100-vllm-profile-*), and a
+    file of profiles only adds no trial: the store's content key is still the shipped models'
+    one, so the shipped fit is used on it."""
+    from knowledge.cache import content_key
+    from knowledge.profiles import find_profile, is_profile_row
+    from knowledge.shipped_models import shipped_content
+    from knowledge.transfer import read_trials_text
+
+    profile = find_profile(fresh_store, target="vllm", model="llama-3-8b", hardware="h100")
+    assert profile is not None and profile.hardware_key == "1x-nvidia-h100-80gb-hbm3"
+    profile_only = [p for p in shipped_files() if all(
+        is_profile_row(json.loads(line)) for line in read_trials_text(p).splitlines()
+        if line.strip())]
+    assert profile_only, "a shipped file of profiles only"
+    assert content_key(fresh_store) == shipped_content()
