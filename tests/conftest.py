@@ -76,7 +76,7 @@ LONGEST_MODULES = (
     # 87 s (2026-12-06, load average 7, Chromium absent; 242 s before the dashboard deferred
     # the shipped studies' trials): the fresh-store dashboard and two Chromium tests in CI
     "tests/advisor/test_dashboard.py",
-    "tests/e2e/test_cli_storage_failure.py",  # 47 s (12-06)
+    "tests/e2e/test_cli_storage_failure.py",  # 31-47 s (12-06; 92-170 s with 60-s trials)
     "tests/advisor/test_study_lease.py",  # 46 s (12-06)
     "tests/objectives/test_faiss_contract.py",  # 52 s
     "tests/advisor/test_driver.py",  # 50 s
