@@ -54,14 +54,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 #: The test modules that take longest, longest first (seconds each took alone on an idle 2-core
-#: machine, 2026-12-04). scripts/test.sh runs two pytest-xdist workers with ``--dist loadfile``,
+#: machine, 2026-12-04; those dated 12-06 alone at load average 1-2, with the shipped fitted
+#: models current). scripts/test.sh runs two pytest-xdist workers with ``--dist loadfile``,
 #: which hands out whole modules in collection order (``--no-loadscope-reorder``: its default
 #: order, most tests first, left these few-test modules for the end of the run, where one of
 #: them kept a worker busy minutes after the other had finished). Started first, they overlap
 #: each other and the hundred short modules fill the gaps. A module missing here (renamed,
 #: split) only loses its early start.
 LONGEST_MODULES = (
-    "tests/api/test_docs_examples.py",  # 115 s: a server fitting every shipped context
+    # 123 s (12-06): the consistency audit of every shipped vLLM answer (96 s of it)
+    "tests/advisor/test_answer_consistency.py",
+    # 56 s (12-06): its server loads the shipped fitted models; early still, since while
+    # knowledge/data/fitted-models.* is stale it fits every shipped context (115 s) for the
+    # suite's shared fit
+    "tests/api/test_docs_examples.py",
     "tests/e2e/test_cli_sweep_faiss.py",  # 106 s, and the session's FAISS corpus when first
     "tests/e2e/test_cli_knowledge.py",  # 102 s
     "tests/e2e/test_cli_sweep_ray.py",  # 94 s
@@ -70,12 +76,13 @@ LONGEST_MODULES = (
     # 87 s (2026-12-06, load average 7, Chromium absent; 242 s before the dashboard deferred
     # the shipped studies' trials): the fresh-store dashboard and two Chromium tests in CI
     "tests/advisor/test_dashboard.py",
-    "tests/advisor/test_study_lease.py",  # 62 s
-    "tests/advisor/test_recommend_model.py",  # 53 s
+    "tests/e2e/test_cli_storage_failure.py",  # 31-47 s (12-06; 92-170 s with 60-s trials)
+    "tests/advisor/test_study_lease.py",  # 46 s (12-06)
     "tests/objectives/test_faiss_contract.py",  # 52 s
     "tests/advisor/test_driver.py",  # 50 s
     "tests/advisor/test_paired_study.py",  # 48 s
     "tests/objectives/llm/test_server_targets_fake_engine.py",  # 44 s
+    "tests/advisor/test_recommend_model.py",  # 37 s (12-06)
     "tests/objectives/llm/test_server_targets_unavailable.py",  # 36 s
     "tests/objectives/llm/test_tgi_ollama_fake_engine.py",  # 35 s
     "tests/api/test_knowledge_api.py",  # 34 s

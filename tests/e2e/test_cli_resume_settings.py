@@ -104,9 +104,11 @@ def test_the_bar_and_summary_count_search_trials_and_repeats_apart(tmp_path: Pat
 
 def test_the_printed_resume_command_continues_the_same_study(tmp_path: Path) -> None:
     env = _env(tmp_path)
+    # The limit is a setting the hint must carry; 15 s, not 60: unseeded, the resumed trials
+    # may draw a config the scripted engine hangs on, which then waits out the whole limit.
     tune = subprocess.Popen(
         [sys.executable, "-m", "advisor", "tune", "--target", "scripted", "--trials", "2",
-         "--paired-repeats", "0", "--name", "term", "--trial-timeout", "60", "--no-warm-start",
+         "--paired-repeats", "0", "--name", "term", "--trial-timeout", "15", "--no-warm-start",
          "--workload-param", "delay_s=2"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     driver = psutil.Process(tune.pid)
@@ -117,7 +119,7 @@ def test_the_printed_resume_command_continues_the_same_study(tmp_path: Path) -> 
     _, err = tune.communicate(timeout=60)
     assert tune.returncode == 130, err
     hint = err.split("continue with: ", 1)[1].strip()
-    assert hint == "advisor tune --target scripted --name term --resume --trial-timeout 60"
+    assert hint == "advisor tune --target scripted --name term --resume --trial-timeout 15"
     args = shlex.split(hint)[1:]
     resumed = subprocess.run([sys.executable, "-m", "advisor", *args], env=env,
                              capture_output=True, text=True, timeout=300)

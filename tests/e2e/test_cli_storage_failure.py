@@ -25,6 +25,11 @@ from knowledge.models import StudyStatus
 from tests.conftest import PG_ADMIN_URL
 
 TRIALS = 8
+#: Each trial sleeps 1 s; a scripted config with 0.90 <= x < 0.95 hangs until this kills it,
+#: and which configs a run samples depends on where the failure lands, so a 60-s limit made a
+#: run take 25 s or 150 s. 15 s leaves the 1-s trials room for a slow child start on a loaded
+#: machine.
+TRIAL_TIMEOUT_S = "15"
 
 
 def _env(db_url: str, tmp_path: Path) -> dict[str, str]:
@@ -36,7 +41,7 @@ def _start(env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "advisor", "tune", "--target", "scripted", "--trials",
          str(TRIALS), "--name", "full", "--seed", "0", "--no-warm-start", "--trial-timeout",
-         "60", "--workload-param", "delay_s=1"],
+         TRIAL_TIMEOUT_S, "--workload-param", "delay_s=1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -61,8 +66,8 @@ def _one_line_error(err: str) -> str:
 
 def _resume_finishes(env: dict[str, str], store: TrialStore) -> None:
     resumed = subprocess.run([sys.executable, "-m", "advisor", "tune", "--target", "scripted",
-                              "--name", "full", "--resume", "--trial-timeout", "60"], env=env,
-                             capture_output=True, text=True, timeout=300)
+                              "--name", "full", "--resume", "--trial-timeout", TRIAL_TIMEOUT_S],
+                             env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     study = store.get_study("full")
     assert study is not None and study.status == StudyStatus.FINISHED
