@@ -40,6 +40,10 @@ MIN_WORDS = 8
 # whatever the user installed, which would make the corpus differ between machines.
 _SKIP_DIRS = frozenset({"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo"})
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_DocNode = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+#: The fields of a node that hold statements (``handlers`` and ``cases`` hold the ``except`` and
+#: ``case`` blocks, whose ``body`` holds statements).
+_STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def stdlib_dir() -> Path:
@@ -57,6 +61,24 @@ def _source_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
+def _doc_nodes(tree: ast.Module) -> list[_DocNode]:
+    """The module, class and function nodes of ``tree``, found through statement lists only.
+
+    A class or function is a statement, and expressions hold no statements, so following the
+    fields that hold statements (a body, an ``else``, ``finally``, ``except`` and ``case``
+    blocks) finds every one that :func:`ast.walk` finds, without visiting the expressions: a
+    third of the corpus's build time, which the first check of a workload waits for."""
+    found: list[_DocNode] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _DOC_NODES):
+            found.append(node)
+        for name in _STATEMENT_FIELDS:
+            todo.extend(getattr(node, name, ()))
+    return found
+
+
 def _docstrings(path: Path) -> Iterator[str]:
     """Docstrings of the module, classes and functions in ``path``, in source order."""
     try:
@@ -65,7 +87,7 @@ def _docstrings(path: Path) -> Iterator[str]:
         # A few stdlib files are deliberately unparsable or unreadable; they hold no prose we need.
         logger.debug("skipping %s: %s", path, exc)
         return
-    nodes = [n for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
+    nodes = _doc_nodes(tree)
     nodes.sort(key=lambda n: getattr(n, "lineno", 0))
     for node in nodes:
         doc = ast.get_docstring(node, clean=True)
