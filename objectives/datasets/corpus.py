@@ -10,12 +10,14 @@ the whole library, so ``load_passages(2000)`` is a sample of every module, not o
 from __future__ import annotations
 
 import ast
+import gc
 import hashlib
 import logging
 import os
 import platform
 import sysconfig
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,22 @@ def _paragraphs(doc: str) -> Iterator[str]:
                 yield text
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: parsing the stdlib allocates millions of AST nodes,
+    and each allocation burst starts a collection that walks every tracked object of the
+    process. In a process already holding the fitted models (200k objects), the collections
+    doubled the parse (3 s instead of 1.3 s on 2 cores). The trees hold no reference cycles:
+    reference counting frees each file's tree as the next one is parsed."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @lru_cache(maxsize=1)
 def _corpus() -> tuple[str, ...]:
     root = stdlib_dir()
@@ -118,12 +136,13 @@ def _corpus() -> tuple[str, ...]:
         )
     seen: set[str] = set()
     passages: list[str] = []
-    for path in _source_files(root):
-        for doc in _docstrings(path):
-            for text in _paragraphs(doc):
-                if len(text.split()) >= MIN_WORDS and text not in seen:
-                    seen.add(text)
-                    passages.append(text)
+    with _cyclic_gc_paused():
+        for path in _source_files(root):
+            for doc in _docstrings(path):
+                for text in _paragraphs(doc):
+                    if len(text.split()) >= MIN_WORDS and text not in seen:
+                        seen.add(text)
+                        passages.append(text)
     if not passages:
         raise DataError(f"no docstring passages found under {root}")
     passages.sort(key=lambda text: hashlib.sha256(text.encode()).digest())

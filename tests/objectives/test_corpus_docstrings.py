@@ -92,3 +92,21 @@ def test_the_stdlib_sources_give_the_nodes_ast_walk_gives() -> None:
         assert {id(n) for n in found} == {id(n) for n in _walked(tree)}, path
         lines = sorted(getattr(n, "lineno", 0) for n in found)
         assert len(set(lines)) == len(lines), f"{path}: two definitions share a line"
+
+
+def test_the_parse_pauses_the_cyclic_gc_and_restores_its_state() -> None:
+    import gc
+
+    assert gc.isenabled()
+    with corpus._cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with corpus._cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "a caller's disabled gc stays disabled"
+    finally:
+        gc.enable()
+    corpus._corpus.cache_clear()
+    assert len(corpus.load_passages()) > 0 and gc.isenabled()
