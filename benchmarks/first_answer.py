@@ -102,15 +102,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
+    load_at_start = os.getloadavg()
     for n in range(args.rounds):
         for step in (serve, recommend):
             for arm, root in (("before", args.before), ("after", args.after)):
+                load_1m = os.getloadavg()[0]  # the machine is shared: what else was running
                 result = {"round": n + 1, "arm": arm, "step": step.__name__,
-                          **step(root.resolve(), args.cap_s)}
+                          **step(root.resolve(), args.cap_s), "load_1m_at_start": load_1m}
                 print(json.dumps(result), flush=True)
                 runs.append(result)
     report = {"cap_s": args.cap_s, "cpus": len(os.sched_getaffinity(0)),
-              "load_avg_at_end": os.getloadavg(), "python": platform.python_version(),
+              "load_avg_at_start": load_at_start, "load_avg_at_end": os.getloadavg(),
+              "python": platform.python_version(),
               "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -17,10 +17,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import importlib
 import json
 import logging
 import lzma
 import pickle
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -40,6 +42,9 @@ SHIPPED_KEY = SHIPPED_DIR / "fitted-models.json"
 REGENERATE = "python scripts/knowledge/fit_shipped_models.py"
 #: The packages a pickled model set holds objects of: another version may not unpickle them.
 _LIBRARIES = ("scikit-learn", "numpy", "scipy")
+#: The modules the pickled models' objects come from (the fitted trees): importing them is
+#: most of the unpickling's time, and is done while the file decompresses.
+_PICKLE_MODULES = ("sklearn.tree",)
 _ROOT = Path(__file__).resolve().parent.parent
 #: Where the fit starts: every module these import (at any depth, inside functions too), and
 #: the load simulators the fit finds by entry point, are fitting code.
@@ -213,6 +218,31 @@ def write_shipped(models: Any, key: ShippedKey, cache_format: int) -> None:
     SHIPPED_KEY.write_text(json.dumps(key.as_json(), indent=2, sort_keys=True) + "\n")
 
 
+def _decompressed() -> bytes:
+    """The shipped pickle, decompressed in a second thread while this one imports the modules
+    its objects come from: xz releases the GIL, so on a second core the two overlap instead of
+    adding up (each about a second of a fresh store's first answer)."""
+    box: dict[str, Any] = {}
+
+    def decompress() -> None:
+        try:
+            box["data"] = lzma.decompress(SHIPPED_MODELS.read_bytes())
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=decompress, name="shipped-models-xz", daemon=True)
+    worker.start()
+    try:
+        for module in _PICKLE_MODULES:
+            importlib.import_module(module)
+    finally:
+        worker.join()
+    if "error" in box:
+        raise box["error"]
+    data: bytes = box["data"]
+    return data
+
+
 def read_shipped(expected: ShippedKey, cache_format: int) -> Any | None:
     """The shipped model set when its key is ``expected`` (the store's content, this fitting
     code, these library versions) and it was written in ``cache_format``; else None (the caller
@@ -227,7 +257,7 @@ def read_shipped(expected: ShippedKey, cache_format: int) -> Any | None:
     try:
         # The project's own file in its own data directory (the fixed path above), never a
         # file a caller names.
-        payload = pickle.loads(lzma.decompress(SHIPPED_MODELS.read_bytes()))
+        payload = pickle.loads(_decompressed())
     except (OSError, lzma.LZMAError, pickle.UnpicklingError, EOFError, AttributeError,
             ImportError) as exc:
         log.warning("cannot read the shipped models %s: %s", SHIPPED_MODELS.name, exc)

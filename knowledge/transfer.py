@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sqlmodel import Session, select
+from sqlalchemy import Table, insert
+from sqlmodel import Session, col, select
 
 from advisor.errors import StoreConflictError, StoreError
 from knowledge.models import (
@@ -117,55 +118,126 @@ def import_jsonl(store: TrialStore, lines: Iterable[str], *, source: str = "<std
     so of two processes importing the same content at once the second waits for the first and
     then fails on the record's unique digest (:func:`import_file` turns that into "already
     imported") instead of on a half-imported study.
+
+    The trials and their margins are written in bulk (one multi-row insert per table, in the
+    file's order, so ids are assigned as one insert per row would): a fresh store imports the
+    shipped knowledge in a fraction of a second instead of seconds of one ORM flush per row.
     """
     rows = list(_parse(lines, source))
     profiles = [row for row in rows if is_profile_row(row)]
     rows = [row for row in rows if not is_profile_row(row)]
-    created = imported = skipped = invalid = 0
+    skipped = invalid = 0
     with store.session() as s:
         if record is not None:
             s.add(record)
             s.flush()  # the first write: it takes the database's write lock (SQLite) or the
             # digest's unique-index entry (PostgreSQL) before anything is read
+        studies, created = _studies_of(s, rows, source)
+        known = _trials_by_uid(s, [row["trial"]["uid"] for row in rows])
+        taken = _numbers_taken(s, [st.id for st in studies.values() if st.id is not None])
+        new: list[tuple[TrialRecord, list[dict[str, Any]]]] = []
         for row in rows:
-            study = _get_or_create_study(s, row["study"], source)
-            if study.id is None:
-                s.add(study)
-                s.flush()
-                created += 1
+            study = studies[row["study"]["uid"]]
             trial_data = row["trial"]
-            present = s.exec(select(TrialRecord).where(
-                TrialRecord.uid == trial_data["uid"])).first()
+            present = known.get(trial_data["uid"])
             if present is not None:
                 skipped += 1
                 # A file re-labelled since (e.g. shipped trials marked unverified) takes the
-                # trial out of use here too; a label never puts a trial back into use.
+                # trial out of use here too; a label never puts a trial back into use. (A trial
+                # read from the store is in the session: the change is written on commit.)
                 if present.status == TrialStatus.COMPLETE and not is_usable(
                         trial_data.get("details")):
                     present.details = {**present.details, **trial_data["details"]}
                     _mark_invalid(present)
-                    s.add(present)
                     invalid += 1
                 continue
             trial = TrialRecord.model_validate({**trial_data, "study_id": study.id})
             if trial.status == TrialStatus.COMPLETE and not is_usable(trial.details):
                 _mark_invalid(trial)
                 invalid += 1
-            if s.exec(select(TrialRecord).where(TrialRecord.study_id == study.id,
-                                                TrialRecord.number == trial.number)).first():
+            if (study.id, trial.number) in taken:
                 raise StoreError(f"{source}: study {study.name!r} already has a different "
                                  f"trial number {trial.number}; refusing to mix histories")
-            s.add(trial)
-            s.flush()
-            for m in row.get("margins", []):
-                s.add(SLOMarginRecord(trial_id=trial.id or 0, **m))
-            imported += 1
+            taken.add((study.id, trial.number))
+            known[trial.uid] = trial
+            new.append((trial, row.get("margins", [])))
+        _insert_trials(s, new)
         if record is not None:
-            record.studies, record.trials = created, imported
+            record.studies, record.trials = created, len(new)
             s.add(record)
         s.commit()
     found = import_profile_rows(store, profiles, source=source) if profiles else (0, 0)
-    return ImportSummary(created, imported, skipped, invalid, *found)
+    return ImportSummary(created, len(new), skipped, invalid, *found)
+
+
+#: Values bound in one ``IN (...)`` query: far below SQLite's (32766) and PostgreSQL's (65535)
+#: limits on a statement's parameters.
+_IN_CHUNK = 500
+_TRIALS: Table = TrialRecord.__table__  # type: ignore[attr-defined]
+_MARGINS: Table = SLOMarginRecord.__table__  # type: ignore[attr-defined]
+_TRIAL_COLUMNS = tuple(c.name for c in _TRIALS.columns if c.name != "id")
+_MARGIN_FIELDS = tuple(c.name for c in _MARGINS.columns if c.name not in ("id", "trial_id"))
+
+
+def _chunks(values: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start:start + _IN_CHUNK]
+
+
+def _studies_of(s: Session, rows: list[dict[str, Any]], source: str
+                ) -> tuple[dict[str, StudyRecord], int]:
+    """The study of every row, by uid: those in the store read in one query, the others
+    created (in the order the file first names them) and flushed so they have their ids; and how
+    many were created."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        wanted.setdefault(row["study"]["uid"], row["study"])
+    studies = {st.uid: st for chunk in _chunks(list(wanted)) for st in s.exec(
+        select(StudyRecord).where(col(StudyRecord.uid).in_(chunk)))}
+    fresh = [data for uid, data in wanted.items() if uid not in studies]
+    names = {st.name for chunk in _chunks([d["name"] for d in fresh]) for st in s.exec(
+        select(StudyRecord).where(col(StudyRecord.name).in_(chunk)))}
+    for data in fresh:
+        if data["name"] in names:
+            raise StoreError(f"{source}: a different study named {data['name']!r} exists in "
+                             "this store; rename one of them before importing")
+        names.add(data["name"])
+        study = StudyRecord.model_validate({**data, "status": StudyStatus.IMPORTED})
+        study.id = None
+        s.add(study)
+        s.flush()  # one row per study (a file holds a few): its id, in the file's order
+        studies[study.uid] = study
+    return studies, len(fresh)
+
+
+def _trials_by_uid(s: Session, uids: list[str]) -> dict[str, TrialRecord]:
+    """The trials of the store among ``uids``, by uid."""
+    return {t.uid: t for chunk in _chunks(list(dict.fromkeys(uids))) for t in s.exec(
+        select(TrialRecord).where(col(TrialRecord.uid).in_(chunk)))}
+
+
+def _numbers_taken(s: Session, study_ids: list[int]) -> set[tuple[int | None, int]]:
+    """The (study id, trial number) pairs the store holds for ``study_ids``."""
+    return {(sid, number) for chunk in _chunks(study_ids) for sid, number in s.exec(
+        select(TrialRecord.study_id, TrialRecord.number).where(
+            col(TrialRecord.study_id).in_(chunk)))}
+
+
+def _insert_trials(s: Session, new: list[tuple[TrialRecord, list[dict[str, Any]]]]) -> None:
+    """Insert ``new`` trials, in order, then their margins: one multi-row insert each, the
+    margins' trial ids read back by the trials' uids."""
+    if not new:
+        return
+    conn = s.connection()  # the session's transaction
+    conn.execute(insert(_TRIALS),
+                 [{name: getattr(trial, name) for name in _TRIAL_COLUMNS} for trial, _ in new])
+    ids = {uid: tid for chunk in _chunks([trial.uid for trial, _ in new])
+           for tid, uid in s.exec(select(TrialRecord.id, TrialRecord.uid).where(
+               col(TrialRecord.uid).in_(chunk)))}
+    margins = [{"trial_id": ids[trial.uid], **{name: m.get(name) for name in _MARGIN_FIELDS}}
+               for trial, ms in new for m in ms]
+    if margins:
+        conn.execute(insert(_MARGINS), margins)
 
 
 def _mark_invalid(trial: TrialRecord) -> None:

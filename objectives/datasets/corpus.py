@@ -10,12 +10,14 @@ the whole library, so ``load_passages(2000)`` is a sample of every module, not o
 from __future__ import annotations
 
 import ast
+import gc
 import hashlib
 import logging
 import os
 import platform
 import sysconfig
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,10 @@ MIN_WORDS = 8
 # whatever the user installed, which would make the corpus differ between machines.
 _SKIP_DIRS = frozenset({"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo"})
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_DocNode = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+#: The fields of a node that hold statements (``handlers`` and ``cases`` hold the ``except`` and
+#: ``case`` blocks, whose ``body`` holds statements).
+_STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def stdlib_dir() -> Path:
@@ -57,6 +63,24 @@ def _source_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
+def _doc_nodes(tree: ast.Module) -> list[_DocNode]:
+    """The module, class and function nodes of ``tree``, found through statement lists only.
+
+    A class or function is a statement, and expressions hold no statements, so following the
+    fields that hold statements (a body, an ``else``, ``finally``, ``except`` and ``case``
+    blocks) finds every one that :func:`ast.walk` finds, without visiting the expressions: a
+    third of the corpus's build time, which the first check of a workload waits for."""
+    found: list[_DocNode] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _DOC_NODES):
+            found.append(node)
+        for name in _STATEMENT_FIELDS:
+            todo.extend(getattr(node, name, ()))
+    return found
+
+
 def _docstrings(path: Path) -> Iterator[str]:
     """Docstrings of the module, classes and functions in ``path``, in source order."""
     try:
@@ -65,7 +89,7 @@ def _docstrings(path: Path) -> Iterator[str]:
         # A few stdlib files are deliberately unparsable or unreadable; they hold no prose we need.
         logger.debug("skipping %s: %s", path, exc)
         return
-    nodes = [n for n in ast.walk(tree) if isinstance(n, _DOC_NODES)]
+    nodes = _doc_nodes(tree)
     nodes.sort(key=lambda n: getattr(n, "lineno", 0))
     for node in nodes:
         doc = ast.get_docstring(node, clean=True)
@@ -87,6 +111,22 @@ def _paragraphs(doc: str) -> Iterator[str]:
                 yield text
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: parsing the stdlib allocates millions of AST nodes,
+    and each allocation burst starts a collection that walks every tracked object of the
+    process. In a process already holding the fitted models (200k objects), the collections
+    doubled the parse (3 s instead of 1.3 s on 2 cores). The trees hold no reference cycles:
+    reference counting frees each file's tree as the next one is parsed."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @lru_cache(maxsize=1)
 def _corpus() -> tuple[str, ...]:
     root = stdlib_dir()
@@ -96,12 +136,13 @@ def _corpus() -> tuple[str, ...]:
         )
     seen: set[str] = set()
     passages: list[str] = []
-    for path in _source_files(root):
-        for doc in _docstrings(path):
-            for text in _paragraphs(doc):
-                if len(text.split()) >= MIN_WORDS and text not in seen:
-                    seen.add(text)
-                    passages.append(text)
+    with _cyclic_gc_paused():
+        for path in _source_files(root):
+            for doc in _docstrings(path):
+                for text in _paragraphs(doc):
+                    if len(text.split()) >= MIN_WORDS and text not in seen:
+                        seen.add(text)
+                        passages.append(text)
     if not passages:
         raise DataError(f"no docstring passages found under {root}")
     passages.sort(key=lambda text: hashlib.sha256(text.encode()).digest())
