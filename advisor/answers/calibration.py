@@ -488,9 +488,18 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     def capacity_of(i: int) -> CapacityAt:
         config = configs[i]
         slots, budget = _limits(engine, config)
-        cap = capacity_at_slo(profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps,
-                              high_rps=high_rps, slots=slots, token_budget=budget,
-                              effect=effects[i])
+        # The capacity does not depend on the asked rate: one bisection per profile, config,
+        # SLO and carried effect serves every rate asked of them (the audit asks dozens).
+        memo = (profile.uid, canonical_json(dict(config)), str(slo), repr(effects[i]),
+                low_rps, high_rps)
+        cap = _CAPACITIES.get(memo)
+        if cap is None:
+            cap = capacity_at_slo(profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps,
+                                  high_rps=high_rps, slots=slots, token_budget=budget,
+                                  effect=effects[i])
+            if len(_CAPACITIES) > 4096:
+                _CAPACITIES.clear()
+            _CAPACITIES[memo] = cap
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None
@@ -536,6 +545,10 @@ def _slo_bounds(slo: SLO) -> dict[str, float]:
     """The SLO as knowledge/calibrated.py reads it: metric -> bound (latency upper bounds,
     throughput lower bounds)."""
     return {b.metric: float(b.threshold) for b in slo.bounds}
+
+
+#: Capacities already bisected in this process (see ``capacity_of``).
+_CAPACITIES: dict[tuple[Any, ...], Capacity] = {}
 
 
 def _capped(cap: Capacity, slo: SLO, windows: Sequence[TrialRecord],

@@ -9,7 +9,8 @@ __all__ = ["median_of", "positive"]
 
 
 def median_of(value: Any) -> float | None:
-    """A number, or a distribution's median (else its value or mean); None for anything else."""
+    """A number, or a distribution's median (else its value or mean; a uniform distribution's
+    midpoint); None for anything else."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -18,6 +19,12 @@ def median_of(value: Any) -> float | None:
         for key in ("median", "value", "mean"):
             if isinstance(value.get(key), int | float):
                 return float(value[key])
+        # Without this a uniform length (rag-long-prompt's 1,500-3,500 prompt tokens) had no
+        # feature, and its windows read as the same workload as any other at that rate.
+        low, high = value.get("low"), value.get("high")
+        if (value.get("dist") == "uniform" and all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))):
+            return (float(low) + float(high)) / 2
     return None
 
 
