@@ -46,6 +46,7 @@ from knowledge.calibrated import (
 from knowledge.profiles import HardwareProfile, list_profiles
 from knowledge.surrogates import workload_distance, workload_features
 from objectives import SLO
+from objectives.metrics import metric_spec
 from objectives.target import Target
 from objectives.workload import Workload, canonical_json
 
@@ -327,6 +328,22 @@ def _shape_only(features: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in features.items() if k != "rate_rps"}
 
 
+#: Windows whose offered rates differ by at most this (log ratio) pair as one rate.
+SAME_RATE = 0.01
+
+
+def _rate_bound(metric: str) -> bool:
+    """Whether ``metric`` is a rate the offered load sets (better higher: output tokens or
+    requests per second). Below capacity every config serves what is offered, so its ratio
+    between two configs is the windows' request draws and the past-the-knee rates pooled in,
+    not a knob's effect: it is not carried (the knob acts through its latencies, which set
+    the capacity)."""
+    try:
+        return metric_spec(metric).better == "higher"
+    except (KeyError, AdvisorError):
+        return False
+
+
 def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
                  shape: Mapping[str, float], metrics: Sequence[str]) -> list[CarriedConfig]:
     """The carried knobs' effects, measured on the other hardware with the most trials of the
@@ -367,11 +384,15 @@ def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
         rates = set()
         for t in windows:
             rate = float(workload_features(t.workload_spec)["rate_rps"])
-            near = [r for r in base if abs(math.log(r / rate)) <= SAME_WORKLOAD]
+            # The same offered rate only: a throughput ratio between windows 10 % apart in rate
+            # is the rates' ratio, not the knob's effect.
+            near = [r for r in base if abs(math.log(r / rate)) <= SAME_RATE]
             if not near:
                 continue
             ref = base[min(near, key=lambda r: abs(math.log(r / rate)))]
             for m in metrics:
+                if _rate_bound(m):
+                    continue
                 mine = t.metrics.get(m)
                 theirs = [float(w.metrics[m]) for w in ref
                           if isinstance(w.metrics.get(m), int | float) and w.metrics[m] > 0]

@@ -22,8 +22,9 @@ def median_of(value: Any) -> float | None:
         # Without this a uniform length (rag-long-prompt's 1,500-3,500 prompt tokens) had no
         # feature, and its windows read as the same workload as any other at that rate.
         low, high = value.get("low"), value.get("high")
-        if (value.get("dist") == "uniform" and all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))):
+        if (value.get("dist") == "uniform" and isinstance(low, int | float)
+                and isinstance(high, int | float)
+                and not isinstance(low, bool) and not isinstance(high, bool)):
             return (float(low) + float(high)) / 2
     return None
 
