@@ -412,6 +412,26 @@ def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
     return sorted(out, key=lambda c: canonical_json(c.changed))
 
 
+#: Simulations and carried effects already computed in this process: an answer asks the same
+#: ones for every SLO at a rate (the consistency audit asks hundreds of answers).
+_PREDICTIONS: dict[tuple[Any, ...], Prediction] = {}
+_EFFECTS: dict[tuple[Any, ...], list[CarriedConfig]] = {}
+
+
+def _knob_effects_cached(store: TrialStore, engine: Target, profile: HardwareProfile,
+                         shape: Mapping[str, float], metrics: Sequence[str]
+                         ) -> list[CarriedConfig]:
+    """:func:`knob_effects`, once per store contents (its count of the engine's trials),
+    profile, shape and metrics."""
+    count = store.count_matching(TrialFilter(target=engine.name, status=TrialStatus.COMPLETE))
+    memo = (store.url, count, profile.uid, tuple(sorted(shape.items())), tuple(metrics))
+    if memo not in _EFFECTS:
+        if len(_EFFECTS) > 256:
+            _EFFECTS.clear()
+        _EFFECTS[memo] = knob_effects(store, engine, profile, shape, metrics)
+    return _EFFECTS[memo]
+
+
 def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engine: Target,
                             slo: SLO, objective: Objective, workload: Mapping[str, float],
                             total_rate_rps: float | None = None) -> CalibratedAnswer | None:
@@ -443,7 +463,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
 
     configs = _variants(engine, profile)
     effects: list[KnobEffect | None] = [None] * len(configs)
-    for carried in knob_effects(store, engine, profile, shape, metrics):
+    for carried in _knob_effects_cached(store, engine, profile, shape, metrics):
         configs.append(carried.config)
         effects.append(carried.effect)
     verdicts: list[Verdict] = []
@@ -451,8 +471,14 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     for config, effect in zip(configs, effects, strict=True):
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
-        predicted = predict(profile, streams, rate_rps=rate, slots=slots, token_budget=budget,
-                            effect=effect)
+        memo = (profile.uid, rate, slots, budget, repr(effect))
+        predicted = _PREDICTIONS.get(memo)
+        if predicted is None:  # one simulation per config and rate, whatever the SLO asked
+            predicted = predict(profile, streams, rate_rps=rate, slots=slots,
+                                token_budget=budget, effect=effect)
+            if len(_PREDICTIONS) > 4096:
+                _PREDICTIONS.clear()
+            _PREDICTIONS[memo] = predicted
         said = note if effect is None else (
             f"{note}; the effect of "
             + ", ".join(f"{k}={v}" for k, v in sorted(config.items())
