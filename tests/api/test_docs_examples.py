@@ -102,18 +102,21 @@ def _json_docs(out: str) -> list[Any]:
 
 def test_the_docs_have_the_examples_the_issue_asks_for() -> None:
     blocks = _curl_blocks()
-    assert len(blocks) == 6
-    assert "/v1/recommendations" in blocks[0] and "hf_config" in blocks[1]
-    assert "/v1/cheatsheet/value" in blocks[2]
-    assert "/cancel" in blocks[4] and "Authorization" not in blocks[5]
+    assert len(blocks) == 7
+    assert "/v1/recommendations" in blocks[0] and "total_rate_rps" in blocks[1]
+    assert "hf_config" in blocks[2] and "/v1/cheatsheet/value" in blocks[3]
+    assert "/cancel" in blocks[5] and "Authorization" not in blocks[6]
 
 
 def test_docs_examples_run_against_a_live_server(server: dict[str, Any]) -> None:
-    recommend, shape, value, sheet, study, refused = _curl_blocks()
+    recommend, calibrated, shape, value, sheet, study, refused = _curl_blocks()
     answer = json.loads(_run(recommend, server))
     # The headline example recommends a config: its own measured windows at 150 req/s meet it.
     assert answer["status"] in ("recommended", "keep_defaults"), answer["summary"]
     assert answer["question"]["target"] == "vllm" and answer["config"]
+    # The H100, known from its calibration: predicted, with its capacity and replicas.
+    h100 = json.loads(_run(calibrated, server))
+    assert h100["basis"] == "calibration" and h100["capacity"]["replicas"] is not None, h100
     carried = json.loads(_run(shape, server))  # Qwen2.5-7B: never measured, between 3B and 8B
     assert carried["basis"] == "extrapolation", carried
     assert carried["details"]["shape_position"] == "interpolation"
