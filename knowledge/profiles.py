@@ -35,7 +35,7 @@ from knowledge.store import TrialStore
 
 __all__ = ["PROFILE_FORMAT", "HardwareProfile", "HardwareProfileRecord", "export_profile_lines",
            "find_profile", "import_profile_rows", "is_profile_row", "list_profiles",
-           "save_profile"]
+           "profile_line", "save_profile"]
 
 #: The JSONL format of a profile line in a knowledge export (trial lines have their own).
 PROFILE_FORMAT = "slo-advisor-profile/1"
@@ -178,11 +178,15 @@ def find_profile(store: TrialStore, *, target: str, model: str, hardware: str
     return found[-1] if found else None
 
 
+def profile_line(profile: HardwareProfile) -> str:
+    """``profile`` as one JSONL line of a knowledge export (no newline)."""
+    return json.dumps({"format": PROFILE_FORMAT, "profile": profile.to_json()}, sort_keys=True)
+
+
 def export_profile_lines(store: TrialStore, *, target: str | None = None) -> Iterator[str]:
     """One JSONL line per stored profile (of ``target``, where given)."""
     for profile in list_profiles(store, target=target):
-        yield json.dumps({"format": PROFILE_FORMAT, "profile": profile.to_json()},
-                         sort_keys=True)
+        yield profile_line(profile)
 
 
 def is_profile_row(row: Mapping[str, Any]) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from advisor.calibrate import calibrate_from_trials, window_noise
 from knowledge.models import TrialRecord
-from knowledge.profiles import PROFILE_FORMAT, HardwareProfile
+from knowledge.profiles import HardwareProfile, profile_line
 from knowledge.transfer import FORMAT, read_trials_text, shipped_file
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,8 +65,7 @@ def fit_profile() -> HardwareProfile:
 
 def profile_bytes(profile: HardwareProfile) -> bytes:
     """The gzip-compressed profile line, with no time or file name in its header."""
-    line = json.dumps({"format": PROFILE_FORMAT, "profile": profile.to_json()},
-                      sort_keys=True) + "\n"
+    line = profile_line(profile) + "\n"
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", filename="", mtime=0) as f:
         f.write(line.encode())

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from advisor.calibrate import calibrate_from_trials, window_noise
 from knowledge.models import TrialRecord
-from knowledge.profiles import PROFILE_FORMAT, HardwareProfile
+from knowledge.profiles import HardwareProfile, profile_line
 from knowledge.transfer import FORMAT, read_trials_text, shipped_file
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,8 +63,7 @@ def fit_profiles() -> list[HardwareProfile]:
 
 def profiles_bytes(profiles: list[HardwareProfile]) -> bytes:
     """The gzip-compressed profile lines, with no time or file name in its header."""
-    text = "".join(json.dumps({"format": PROFILE_FORMAT, "profile": p.to_json()},
-                              sort_keys=True) + "\n" for p in profiles)
+    text = "".join(profile_line(p) + "\n" for p in profiles)
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", filename="", mtime=0) as f:
         f.write(text.encode())
