@@ -162,3 +162,35 @@ def test_the_fit_chooses_the_frontend_the_runs_were_measured_behind() -> None:
     models = fit_batch_models({"one class": observations, "a class with no run": []})
     assert list(models) == ["one class"]  # a class without runs gets no model, and no error
     assert models["one class"].frontend.per_token_ms == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_event_heap_equals_the_per_sequence_loop_to_the_last_bit(seed: int) -> None:
+    """Random streams (a handful to hundreds of requests, light load to far past the knee, rounded
+    arrival times that tie), batch limits from 1 to 1,024 slots, step models, frontends and drain
+    limits: every per-request time, count and regressor equal to the reference's."""
+    from knowledge.batch_sim import Frontend
+    from tests.knowledge.per_sequence_sim import _per_sequence_simulate
+
+    rng = np.random.default_rng(seed)
+    for case in range(60):
+        n = int(rng.integers(1, 300))
+        rate = float(rng.choice([1, 10, 50, 150, 400]))
+        arrivals = np.cumsum(rng.exponential(1 / rate, n))
+        arrivals -= arrivals[0]
+        if rng.random() < 0.2:
+            arrivals = np.round(arrivals, 2)
+        stream = _stream(arrivals, rng.integers(1, 3000, n), rng.integers(1, 600, n),
+                         None if rng.random() < 0.3 else float(rng.choice([0.5, 5, 15])))
+        slots = int(rng.choice([1, 4, 64, 256, 1024]))
+        budget = int(max(slots, rng.choice([64, 512, 2048, 8192])))
+        step = StepModel(float(rng.uniform(0, 8)), float(rng.uniform(0, 0.1)),
+                         float(rng.uniform(0, 0.05)))
+        frontend = Frontend(float(rng.choice([0.0, 0.0, 0.05, 0.5])))
+        fast = simulate(stream, slots, budget, step, frontend)
+        ref = _per_sequence_simulate(stream, slots, budget, step, frontend)
+        for name in ("first_token_s", "finish_s", "admitted_s", "waited_steps", "produced",
+                     "step_regressors"):
+            assert np.array_equal(getattr(fast, name), getattr(ref, name), equal_nan=True), (
+                seed, case, name)
+        assert (fast.end_s, fast.mean_step_ms) == (ref.end_s, ref.mean_step_ms), (seed, case)
