@@ -160,9 +160,23 @@ def worker_cmd(
 
     from advisor.worker import Worker
 
+    # The handlers go in before the store opens: opening a fresh store imports the shipped
+    # knowledge, and a Ctrl-C there raised KeyboardInterrupt wherever the interpreter was,
+    # once inside a garbage-collection callback, where Python only prints it and the worker
+    # went on polling forever. A stop asked for while the store opens is kept for when it is open.
+    stopping = threading.Event()
+    workers: list[Worker] = []
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        for w in workers:
+            w.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     settings = cli_settings()
-    w = Worker(settings, cli_store(settings))
-    signal.signal(signal.SIGTERM, lambda *_: w.stop())
-    signal.signal(signal.SIGINT, lambda *_: w.stop())
-    w.run_forever(stop_when_idle=once)
+    workers.append(Worker(settings, cli_store(settings)))
+    if stopping.is_set():
+        workers[0].stop()
+    workers[0].run_forever(stop_when_idle=once)
 
