@@ -14,7 +14,7 @@ from advisor.errors import AdvisorError
 from advisor.settings import Settings
 from advisor.stores import open_store
 from api.deps import require_read, require_write
-from api.errors import install_error_handlers
+from api.errors import install_error_handlers, record_route_methods
 from api.knowledge import Knowledge
 from api.metrics import ApiMetrics
 from api.middleware import LimitsAndMetrics
@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None, *, import_shipped: bool = False
     routers = (health, recommendations, cheatsheet, studies, jobs, trials, targets)
     for module in routers:
         app.include_router(module.router)
+    record_route_methods(app, [*app.routes, *(r for m in routers for r in m.router.routes)])
     if settings.api_cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.api_cors_origins,
                            allow_methods=["GET", "POST"],

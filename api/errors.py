@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from advisor import errors as e
 
-__all__ = ["ApiError", "error_response", "install_error_handlers", "status_for"]
+__all__ = ["ApiError", "error_response", "install_error_handlers", "record_route_methods",
+           "status_for"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,23 @@ class ApiError(StarletteHTTPException):
         super().__init__(status, message, headers)
         self.status, self.type, self.message, self.detail = status, type_, message, detail
         self.headers = headers
+
+
+def record_route_methods(app: FastAPI, routes: Iterable[Any]) -> None:
+    """Remember which methods each path of ``routes`` answers, for the ``Allow`` header of a 405.
+    Starlette's 405 names the methods of the first route matching the path only: ``GET
+    /v1/studies`` and ``POST /v1/studies`` are two routes, so ``OPTIONS /v1/studies`` said
+    ``Allow: GET``."""
+    app.state.route_methods = [(route.path_regex, frozenset(route.methods)) for route in routes
+                               if getattr(route, "methods", None) and
+                               getattr(route, "path_regex", None) is not None]
+
+
+def _allowed_methods(request: Request, fallback: str) -> str:
+    path = request.scope.get("path", "")
+    methods = {m for regex, ms in getattr(request.app.state, "route_methods", ())
+               if regex.match(path) for m in ms}
+    return ", ".join(sorted(methods)) if methods else fallback
 
 
 def status_for(exc: e.AdvisorError) -> int:
@@ -99,7 +117,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            allow = _allowed_methods(request, (headers or {}).get("Allow", ""))
+            headers = {**(headers or {}), "Allow": allow} if allow else headers
+        return error_response(exc.status_code, type_, str(exc.detail), headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -160,6 +160,9 @@ class StudyCreate(BaseModel):
                                   description="measure the engine default first")
     paired_repeats: int | None = Field(
         default=None, ge=0, le=50, strict=True,
+        # 1 and 2 are refused (check_paired_repeats): the schema says so, or a client (and
+        # schemathesis) reads them as valid
+        json_schema_extra={"not": {"enum": [1, 2]}},
         description="after the search, measure the best config and the engine default this "
                     "many times each, interleaved, and store their paired comparison with the "
                     "study (0: off, else at least 3; default: the server's "

@@ -189,12 +189,18 @@ def test_two_drivers_started_at_once_never_share_a_study(db_url: str, tmp_path: 
 
 
 def test_the_second_cli_driver_exits_2_with_one_line(tmp_path: Path) -> None:
-    """The reproduction: `advisor tune --name X --resume` while another one runs it."""
+    """The reproduction: `advisor tune --name X --resume` while another one runs it. The first
+    resume's trial is held (the scripted target's ``hold_dir``) until the second has answered:
+    with trials of a fixed 0.5 s, a second CLI that took longer to start than the first took
+    for its four trials (a loaded machine) found the study finished and free, ran nothing and
+    exited 0."""
     env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'cli.db'}",
            "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "false",
            "COLUMNS": "200"}
+    hold = tmp_path / "hold"
     args = [sys.executable, "-m", "advisor", "tune", "--target", "scripted", "--name", "cron",
-            "--workload-param", "delay_s=0.5", "--seed", "0"]
+            "--workload-param", "delay_s=0.1", "--workload-param", f"hold_dir={hold}",
+            "--workload-param", "hold_after=2", "--seed", "0"]
     first = subprocess.run([*args, "--trials", "2"], env=env, capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr
@@ -202,11 +208,15 @@ def test_the_second_cli_driver_exits_2_with_one_line(tmp_path: Path) -> None:
     resume = [*args, "--trials", "6", "--resume"]
     running = subprocess.Popen(resume, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    deadline = time.monotonic() + 120
-    while holder_of(store, "cron") is None:  # the first resume holds the study
-        assert running.poll() is None and time.monotonic() < deadline, running.communicate()
-        time.sleep(0.05)
-    second = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        deadline = time.monotonic() + 120
+        while not (hold / "held-3").exists():  # the first resume holds the study, in a trial
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            time.sleep(0.05)
+        assert holder_of(store, "cron") is not None
+        second = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        (hold / "release").touch()
     _, err = running.communicate(timeout=300)
     assert running.returncode == 0, err[-3000:]
     assert second.returncode == 2, second.stderr[-3000:]

@@ -50,6 +50,17 @@ def test_advisor_errors_map_to_status_codes(client: TestClient) -> None:
     _error(client.delete("/v1/studies"), 405)
 
 
+def test_405_allows_every_method_of_the_path(client: TestClient) -> None:
+    """``GET`` and ``POST /v1/studies`` are two routes; the 405 named the first one's methods only
+    (``Allow: GET``, schemathesis's allow_header_conformance over real HTTP)."""
+    for method in ("OPTIONS", "DELETE", "PUT"):
+        response = client.request(method, "/v1/studies")
+        assert _error(response, 405)["type"] == "method_not_allowed"
+        assert response.headers["Allow"] == "GET, POST"
+    response = client.request("OPTIONS", "/v1/recommendations")
+    assert response.status_code == 405 and response.headers["Allow"] == "POST"
+
+
 def test_request_body_limit(tmp_path: Path) -> None:
     settings = make_settings(f"sqlite:///{tmp_path / 'a.db'}", tmp_path, api_key=SecretStr(KEY),
                              api_max_body_bytes=1024)

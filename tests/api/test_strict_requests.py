@@ -55,3 +55,18 @@ def test_the_same_fields_typed_as_documented_are_accepted(client: TestClient) ->
     request = resp.json()["request"]
     assert request["trials"] == 3 and request["warm_start"] is False
     assert _jobs(client) == 1
+
+
+def test_the_published_schema_refuses_the_paired_repeats_the_api_refuses(client: TestClient
+                                                                        ) -> None:
+    """0 or 3 to 50: the schema said 0 to 50, so 1 and 2 read as valid and answered 422
+    (schemathesis's positive_data_acceptance over real HTTP)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    field = client.get("/openapi.json").json()["components"]["schemas"]["StudyCreate"][
+        "properties"]["paired_repeats"]
+    for value in (None, 0, 3, 50, 1, 2, 51, -1):
+        allowed = jsonschema.Draft202012Validator(field).is_valid(value)
+        resp = client.post("/v1/studies", headers=AUTH, json={
+            "target": "scripted", "name": f"repeats-{value}", "paired_repeats": value})
+        assert allowed == (resp.status_code == 202), (value, allowed, resp.text)
+        assert allowed == (value in (None, 0, 3, 50)), value
