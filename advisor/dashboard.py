@@ -128,6 +128,7 @@ class _PendingTrials:
     def __init__(self, store: TrialStore, storage: optuna.storages.BaseStorage) -> None:
         self.store, self.storage = store, storage
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._ids = {s._study_id for s in storage.get_all_studies()
                      if s.user_attrs.get(PENDING_ATTR)}
 
@@ -146,12 +147,21 @@ class _PendingTrials:
             self._ids.discard(study_id)
 
     def build_all(self, progress: Callable[[int, int, str], None] | None = None) -> None:
-        """Build every pending study, in id order (run in a background thread)."""
+        """Build every pending study, in id order (run in a background thread), until
+        :meth:`stop`: the ones left stay pending for the next start."""
         ids = sorted(self._ids)
         for done, study_id in enumerate(ids):
+            if self._stop.is_set():
+                return
             if progress is not None:
                 progress(done, len(ids), str(study_id))
             self.build(study_id)
+
+    def stop(self) -> None:
+        """Let :meth:`build_all` finish the study under way and build no more: a dashboard
+        stopped while it built held the store's writes, and the store's closing checkpoint
+        waited on them (a SIGTERM took over 30 s to end the process)."""
+        self._stop.set()
 
 
 # -- imported studies ---------------------------------------------------------------------------

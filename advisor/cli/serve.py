@@ -99,6 +99,10 @@ def serve_cmd(
     err.print("advisor serve stopped; store closed")
 
 
+#: How long a stopped dashboard waits for the study its background builder is writing.
+_BUILDER_STOP_S = 20.0
+
+
 def dashboard_cmd(
     host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")
                     ] = "127.0.0.1",
@@ -132,10 +136,13 @@ def dashboard_cmd(
         err.print(f"created the Optuna studies of {created} imported studies (once per store)")
     wsgi_app = dashboard_app(storage, store)
     pending = getattr(wsgi_app, "pending", None)
+    builder: threading.Thread | None = None
     if pending:
         err.print(f"building the trials of {len(pending)} imported studies in the background; "
                   "a study opened in the page gets its own first")
-        threading.Thread(target=pending.build_all, name="dashboard-backfill", daemon=True).start()
+        builder = threading.Thread(target=pending.build_all, name="dashboard-backfill",
+                                   daemon=True)
+        builder.start()
 
     class _Quiet(WSGIRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # one line per request: noise
@@ -143,8 +150,14 @@ def dashboard_cmd(
 
     with make_server(host, port, wsgi_app, handler_class=_Quiet) as server:
         err.print(f"optuna-dashboard on http://{host}:{port}/dashboard (Ctrl-C stops it)")
-        with contextlib.suppress(KeyboardInterrupt):
-            server.serve_forever()
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                server.serve_forever()
+        finally:
+            if builder is not None and pending:  # stop building before the store closes
+                pending.stop()
+                with contextlib.suppress(KeyboardInterrupt):
+                    builder.join(timeout=_BUILDER_STOP_S)
 
 
 def worker_cmd(

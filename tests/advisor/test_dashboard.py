@@ -235,6 +235,31 @@ def test_deferred_trials_are_built_when_a_study_is_first_opened(tmp_path: Path) 
         server.server_close()
 
 
+def test_a_stopped_background_build_builds_no_more_studies(tmp_path: Path) -> None:
+    """`advisor dashboard` stops its background builder before the store closes (a SIGTERM
+    mid-build took over 30 s to end the process, the store's closing checkpoint waiting on the
+    builder's writes): after stop() no further study is built, and the rest stay pending."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    _run_study(source, tmp_path, name="first")
+    _run_study(source, tmp_path, name="second")
+    buffer = io.StringIO()
+    export_jsonl(TrialStore(source), buffer)
+    url = f"sqlite:///{tmp_path / 'lazy.db'}"
+    store = TrialStore(url)
+    import_jsonl(store, buffer.getvalue().splitlines())
+    storage = optuna_storage(url)
+    assert backfill_optuna_studies(store, storage, defer_trials=True) == 2
+    app = dashboard_app(storage, store)
+    pending = app.pending  # type: ignore[attr-defined]
+    seen: list[str] = []
+    pending.build_all(progress=lambda done, total, what: (seen.append(what), pending.stop()))
+    assert len(seen) == 1 and len(pending) == 1  # the study under way finished, no other began
+    built = [n for n in ("first", "second")
+             if not optuna.load_study(study_name=n, storage=storage).user_attrs[
+                 "advisor_trials_pending"]]
+    assert len(built) == 1
+
+
 def _study_of(url: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=optuna_storage(url))
 
