@@ -1,9 +1,10 @@
 """Score predictions.json (committed before measuring) against the H100 call of run.sh.
 
-    python docs/benchmarks/h100-1b-2026-12-06/score.py > docs/benchmarks/h100-1b-2026-12-06/score.md
+    cd docs/benchmarks/h100-1b-2026-12-06 && python score.py > score.md
 
-Reads measured/trials.jsonl.gz (the device's store, exported) and measured/crosscheck-{1b,8b}.jsonl.gz
-(the cross-check reports: the reference harness's windows). Nothing is fitted:
+Reads measured/trials.jsonl.gz (the device's store, exported) and
+measured/crosscheck-{1b,8b}.jsonl.gz (the cross-check reports: the reference harness's
+windows). Nothing is fitted:
 
 - phase A, the 1B defaults on `chat`: per window the predicted value and 90 % interval against
   the measured figure; per metric the MAPE and the windows inside their interval; the reference
@@ -34,6 +35,11 @@ STUDY_8B = "h100-8b-chat-1206-tiers"
 #: A rate meets the SLO when at least this share of its windows do (advisor/answers/rule.py).
 MEETS_SHARE = 2 / 3
 
+
+
+def _said(flag: bool | None, yes: str, no: str) -> str:
+    """``yes`` / ``no`` for a verdict, ``n/a`` where there was none."""
+    return "n/a" if flag is None else yes if flag else no
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
@@ -199,7 +205,8 @@ def _table(r: dict[str, Any], reference: dict[str, Any]) -> None:
     for m, s in r["metrics"].items():
         if s["n"]:
             ref = ("" if s["mape_vs_reference"] is None
-                   else f"; against the reference harness's windows {100 * s['mape_vs_reference']:.1f} %")
+                   else "; against the reference harness's windows "
+                        f"{100 * s['mape_vs_reference']:.1f} %")
             print(f"- {m}: MAPE {100 * s['mape']:.1f} %, inside the 90 % interval "
                   f"{s['inside']}/{s['n']}{ref}")
     print()
@@ -232,7 +239,7 @@ def main() -> int:
         print(f"| {model} @ {t['rate_rps']:g} | {t['tier']} `{t['slo']}` | {t['answer']} | "
               f"{t['measured_config']} | {t['windows_meeting']}/{t['windows']} | "
               f"{t['reference_meeting']}/{t['reference']} | "
-              f"{'meets' if t['defaults_meet_by_rule'] else 'misses' if t['defaults_meet_by_rule'] is False else 'n/a'} | "
+              f"{_said(t['defaults_meet_by_rule'], 'meets', 'misses')} | "
               f"{'yes' if t['answer_right'] else 'no' if t['answer_right'] is False else 'n/a'}: "
               f"{t['what']} |")
     print("\n### Phase B: Llama-3-8B shape, vLLM's defaults (the tiers' answer) at 45 req/s\n")
