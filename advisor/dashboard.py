@@ -143,8 +143,8 @@ class _PendingTrials:
                 return
             name = self.storage.get_study_name_from_id(study_id)
             record = next(s for s in self.store.list_studies() if s.name == name)
-            _add_trials(self.store, self.storage, record)
-            self._ids.discard(study_id)
+            if _add_trials(self.store, self.storage, record, self._stop):
+                self._ids.discard(study_id)
 
     def build_all(self, progress: Callable[[int, int, str], None] | None = None) -> None:
         """Build every pending study, in id order (run in a background thread), until
@@ -158,9 +158,10 @@ class _PendingTrials:
             self.build(study_id)
 
     def stop(self) -> None:
-        """Let :meth:`build_all` finish the study under way and build no more: a dashboard
-        stopped while it built held the store's writes, and the store's closing checkpoint
-        waited on them (a SIGTERM took over 30 s to end the process)."""
+        """Stop :meth:`build_all` at the next few trials (the study under way stays pending and
+        its next build adds only the rest): a dashboard stopped while it built held the store's
+        writes, and the store's closing checkpoint waited on them (a SIGTERM took over 30 s to
+        end the process)."""
         self._stop.set()
 
 
@@ -206,9 +207,10 @@ def _build(store: TrialStore, storage: optuna.storages.BaseStorage, study: Study
         _add_trials(store, storage, study)
 
 
-def _add_trials(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord
-                ) -> None:
-    """The Optuna trials of imported ``study`` (whose Optuna study exists), from its records."""
+def _add_trials(store: TrialStore, storage: optuna.storages.BaseStorage, study: StudyRecord,
+                stop: threading.Event | None = None) -> bool:
+    """The Optuna trials of imported ``study`` (whose Optuna study exists), from its records,
+    a few at a time until ``stop`` is set; whether every trial is in."""
     spec = _RecordedTerms.of(study)
     try:
         space: SearchSpace | None = get_target(study.target).space()
@@ -227,9 +229,19 @@ def _add_trials(store: TrialStore, storage: optuna.storages.BaseStorage, study: 
     ostudy = optuna.load_study(storage=storage, study_name=study.name)
     # Trials are added one by one, in order: a build cut short (the dashboard stopped) left the
     # first ones, and the next build adds only the rest.
-    ostudy.add_trials(frozen[len(ostudy.get_trials(deepcopy=False)):])
+    # A stop is seen between chunks: a big study's trials took over 20 s under load, and a
+    # stopped dashboard waited for them.
+    for start in range(len(ostudy.get_trials(deepcopy=False)), len(frozen), _CHUNK):
+        if stop is not None and stop.is_set():
+            return False
+        ostudy.add_trials(frozen[start:start + _CHUNK])
     if ostudy.user_attrs.get(PENDING_ATTR):
         ostudy.set_user_attr(PENDING_ATTR, False)
+    return True
+
+
+#: Trials added to Optuna at once while building an imported study (a stop is seen between).
+_CHUNK = 10
 
 
 @dataclass(frozen=True)

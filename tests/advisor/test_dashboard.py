@@ -238,7 +238,7 @@ def test_deferred_trials_are_built_when_a_study_is_first_opened(tmp_path: Path) 
 def test_a_stopped_background_build_builds_no_more_studies(tmp_path: Path) -> None:
     """`advisor dashboard` stops its background builder before the store closes (a SIGTERM
     mid-build took over 30 s to end the process, the store's closing checkpoint waiting on the
-    builder's writes): after stop() no further study is built, and the rest stay pending."""
+    builder's writes): after stop() no further trial is added, and the studies stay pending."""
     source = f"sqlite:///{tmp_path / 'source.db'}"
     _run_study(source, tmp_path, name="first")
     _run_study(source, tmp_path, name="second")
@@ -253,11 +253,10 @@ def test_a_stopped_background_build_builds_no_more_studies(tmp_path: Path) -> No
     pending = app.pending  # type: ignore[attr-defined]
     seen: list[str] = []
     pending.build_all(progress=lambda done, total, what: (seen.append(what), pending.stop()))
-    assert len(seen) == 1 and len(pending) == 1  # the study under way finished, no other began
-    built = [n for n in ("first", "second")
-             if not optuna.load_study(study_name=n, storage=storage).user_attrs[
-                 "advisor_trials_pending"]]
-    assert len(built) == 1
+    assert len(seen) == 1 and len(pending) == 2  # stopped before its first trials: no study built
+    for name in ("first", "second"):
+        study = optuna.load_study(study_name=name, storage=storage)
+        assert study.user_attrs["advisor_trials_pending"] and not study.trials
 
 
 def _study_of(url: str, name: str) -> optuna.Study:
