@@ -19,10 +19,11 @@ SLO at a lower rate caps the predicted capacity there.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -124,16 +125,24 @@ def _model_trials(store: TrialStore, target: str, hardware_key: str, model: str
     the consistency audit ask dozens of answers of one store (reading and parsing them again
     was a third of a calibrated cheat-sheet's time)."""
     count = store.count_matching(TrialFilter(target=target, status=TrialStatus.COMPLETE))
-    memo = (store.url, count, target, hardware_key, model)
-    if memo not in _TRIALS:
-        if len(_TRIALS) > 64:
-            _TRIALS.clear()
+
+    def read() -> tuple[TrialRecord, ...]:
         trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE,
                                                hardware_key=hardware_key))
-        _TRIALS[memo] = tuple(
-            t for t in trials
-            if str((t.workload_spec.get("params") or {}).get("model")) == model)
-    return _TRIALS[memo]
+        return tuple(t for t in trials
+                     if str((t.workload_spec.get("params") or {}).get("model")) == model)
+
+    return _remembered(_TRIALS, (store.url, count, target, hardware_key, model), 64, read)
+
+
+def _remembered(cache: dict[Any, Any], key: Any, limit: int, compute: Callable[[], Any]) -> Any:
+    """``cache[key]``, computed once; the cache is emptied when it grows past ``limit`` (the
+    process-wide memos below: a long-running server asks of many store contents)."""
+    if key not in cache:
+        if len(cache) > limit:
+            cache.clear()
+        cache[key] = compute()
+    return cache[key]
 
 
 #: Trials already read in this process (see :func:`_model_trials`).
@@ -440,11 +449,8 @@ def _knob_effects_cached(store: TrialStore, engine: Target, profile: HardwarePro
     profile, shape and metrics."""
     count = store.count_matching(TrialFilter(target=engine.name, status=TrialStatus.COMPLETE))
     memo = (store.url, count, profile.uid, tuple(sorted(shape.items())), tuple(metrics))
-    if memo not in _EFFECTS:
-        if len(_EFFECTS) > 256:
-            _EFFECTS.clear()
-        _EFFECTS[memo] = knob_effects(store, engine, profile, shape, metrics)
-    return _EFFECTS[memo]
+    return _remembered(_EFFECTS, memo, 256,
+                       lambda: knob_effects(store, engine, profile, shape, metrics))
 
 
 def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engine: Target,
@@ -486,14 +492,11 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     for config, effect in zip(configs, effects, strict=True):
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
-        memo = (profile.uid, rate, slots, budget, repr(effect))
-        predicted = _PREDICTIONS.get(memo)
-        if predicted is None:  # one simulation per config and rate, whatever the SLO asked
-            predicted = predict(profile, streams, rate_rps=rate, slots=slots,
-                                token_budget=budget, effect=effect)
-            if len(_PREDICTIONS) > 4096:
-                _PREDICTIONS.clear()
-            _PREDICTIONS[memo] = predicted
+        # One simulation per config and rate, whatever the SLO asked.
+        predicted = _remembered(
+            _PREDICTIONS, (profile.uid, rate, slots, budget, repr(effect)), 4096,
+            functools.partial(predict, profile, streams, rate_rps=rate, slots=slots,
+                              token_budget=budget, effect=effect))
         said = note if effect is None else (
             f"{note}; the effect of "
             + ", ".join(f"{k}={v}" for k, v in sorted(config.items())
@@ -554,14 +557,9 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         # SLO and carried effect serves every rate asked of them (the audit asks dozens).
         memo = (profile.uid, canonical_json(dict(config)), str(slo), repr(effects[i]),
                 low_rps, high_rps)
-        cap = _CAPACITIES.get(memo)
-        if cap is None:
-            cap = capacity_at_slo(profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps,
-                                  high_rps=high_rps, slots=slots, token_budget=budget,
-                                  effect=effects[i])
-            if len(_CAPACITIES) > 4096:
-                _CAPACITIES.clear()
-            _CAPACITIES[memo] = cap
+        cap = _remembered(_CAPACITIES, memo, 4096, lambda: capacity_at_slo(
+            profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps, high_rps=high_rps,
+            slots=slots, token_budget=budget, effect=effects[i]))
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None
