@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,10 +328,12 @@ def suggested_tune_command(target: str, *, slo: str | None = None,
                            objective: str | None = None, model: str | None = None,
                            workload: str | None = None,
                            workload_params: Mapping[str, Any] | None = None,
-                           trials: int | None = None) -> str:
+                           trials: int | None = None,
+                           enqueue: Sequence[Mapping[str, Any]] = ()) -> str:
     """An ``advisor tune`` command line that `tune` accepts, for ``target`` under ``slo``
     optimising ``objective`` (None: the target's defaults, left off the line), serving
-    ``model`` (LLM targets), at the preset ``workload`` with ``workload_params`` overridden.
+    ``model`` (LLM targets), at the preset ``workload`` with ``workload_params`` overridden,
+    measuring each (partial) config of ``enqueue`` first after the engine default.
 
     The line is built from the options and then read back the way `tune` reads them (each
     ``--workload-param`` VALUE as YAML, ``--model`` as the workload's ``model``) and planned
@@ -362,6 +364,8 @@ def suggested_tune_command(target: str, *, slo: str | None = None,
                 value, str):
             text = json.dumps(value)
         args += ["--workload-param", f"{key}={text}"]
+    for config in enqueue:
+        args += ["--enqueue", json.dumps(dict(config), sort_keys=True)]
     if trials is not None:
         args += ["--trials", str(trials)]
     # Read back as `advisor tune` reads its options, then planned as it plans them.
@@ -374,7 +378,9 @@ def suggested_tune_command(target: str, *, slo: str | None = None,
     if model is not None:
         check_model(model)
         read["model"] = model
+    enqueued = tuple(yaml.safe_load(args[i + 1]) for i, a in enumerate(args) if a == "--enqueue")
     plan = plan_study(StudyRequest(target=target, slo=slo, objective=objective,
-                                   workload=workload, workload_params=read, trials=trials))
+                                   workload=workload, workload_params=read, trials=trials,
+                                   enqueued=enqueued))
     get_target(target).check_workload(plan.spec.workload)
     return shlex.join(args)

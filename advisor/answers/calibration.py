@@ -11,7 +11,10 @@ their effect is the ratio against the defaults measured on the hardware with the
 the model, its spread widening the interval. Every other knob stays at its default: its effect
 does not transfer (docs/new-gpu.md says which carry and which do not). Each candidate is judged
 by the one rule (advisor/answers/rule.py): its measured windows at the asked workload first,
-else the calibrated prediction at the conservative end of its interval. The capacity at the SLO
+else the calibrated prediction at the conservative end of its interval. Where none meets, the
+answer refuses (``no_feasible_config``) only when every candidate misses, measured or even at its
+intervals' optimistic ends; a candidate whose intervals straddle the SLO makes it ``undecided``,
+naming that candidate and the cross-check that measures it. The capacity at the SLO
 (the highest rate one GPU holds) of the answered config and of the defaults, and the replicas a
 total rate needs, come with every such answer; a measured window of the config that missed the
 SLO at a lower rate caps the predicted capacity there.
@@ -29,7 +32,15 @@ from typing import Any
 
 from advisor.answers.document import Figure
 from advisor.answers.model_based import SAME_WORKLOAD
-from advisor.answers.rule import Verdict, measured_figures, measured_verdict, predicted_verdict
+from advisor.answers.rule import (
+    Verdict,
+    measured_figures,
+    measured_verdict,
+    predicted_verdict,
+    straddle_reason,
+    straddle_text,
+    undecided,
+)
 from advisor.calibrate import workload_streams
 from advisor.errors import AdvisorError
 from advisor.objective import Objective
@@ -109,6 +120,8 @@ class CalibratedAnswer:
     windows: tuple[TrialRecord, ...] = ()
     closest: dict[str, Any] | None = None
     verify_command: str | None = None
+    #: Why no config is recommended (``no_feasible_config`` and ``undecided``), else None.
+    reason: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -489,6 +502,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         effects.append(carried.effect)
     verdicts: list[Verdict] = []
     figures: list[dict[str, Figure]] = []
+    intervals: list[dict[str, tuple[float, float, float]]] = []
     for config, effect in zip(configs, effects, strict=True):
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
@@ -511,6 +525,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         else:
             verdicts.append(predicted_verdict(slo, _intervals(predicted)))
             figures.append(_predicted_figures(predicted, metrics, said))
+        intervals.append(_intervals(predicted))
     feasible = [i for i, v in enumerate(verdicts) if v.meets]
     notes = [f"{calibration.label} on {profile.hardware} ({calibration.source}; probe windows at "
              + ", ".join(f"{w['workload_spec']['params']['arrival']['rate_rps']:g}"
@@ -525,9 +540,14 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
              "(docs/new-gpu.md)"]
     default_i = 0
     chosen: int | None
+    straddling = [] if feasible else undecided(verdicts, default_i)
+    reason = None
     if not feasible:
         chosen = None
-        status, kind = "no_feasible_config", "none"
+        status, kind = ("undecided" if straddling else "no_feasible_config"), "none"
+        reason = (f"none of {len(configs)} candidate configs meets the SLO here (measured "
+                  "windows at this workload where a config has them, else the conservative end "
+                  "of the calibrated 90% interval)")
     elif verdicts[default_i].meets:
         chosen, status, kind = default_i, "keep_defaults", "keep_defaults"
         mine = _objective_bounds(objective, figures[default_i])
@@ -570,9 +590,16 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
                 else capacity_of(chosen))
     closest = None
     if chosen is None:
-        j = min(range(len(configs)), key=lambda i: (
+        j = straddling[0] if straddling else min(range(len(configs)), key=lambda i: (
             sum(max(m, 0.0) for m in verdicts[i].margins.values()), i))
         closest = {"config": configs[j], "verdict": verdicts[j].to_dict()}
+        if straddling:
+            which = ("the engine defaults" if j == default_i else "the config "
+                     + json.dumps({k: v for k, v in configs[j].items() if defaults.get(k) != v},
+                                  sort_keys=True))
+            closest["figures"] = {m: f.model_dump(mode="json") for m, f in figures[j].items()}
+            reason = f"{reason}, " + straddle_reason(len(straddling), which, verdicts[j],
+                                                     straddle_text(slo, intervals[j]))
     picked = None if chosen is None else configs[chosen]
     launch = None
     spec = {"kind": "llm-serving", "params": {**params, "arrival": {
@@ -582,7 +609,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
             launch = engine.launch_command(picked, Workload.from_spec(spec))
         except AdvisorError as exc:
             notes.append(f"launch command unavailable: {exc}")
-    answered = configs[default_i] if picked is None else picked
+    answered = (configs[straddling[0]] if straddling else configs[default_i]) if picked is None \
+        else picked
     verify = _verify_command(engine, profile, rate, answered, defaults)
     cap_for = capacity or default_capacity
     if cap_for.note:
@@ -598,7 +626,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         default_config=configs[default_i], default_figures=figures[default_i],
         default_verdict=verdicts[default_i], considered=len(configs), feasible=len(feasible),
         capacity=capacity, default_capacity=default_capacity, windows=cited,
-        closest=closest, verify_command=verify, notes=tuple(notes))
+        closest=closest, verify_command=verify, reason=reason, notes=tuple(notes))
 
 
 def _slo_bounds(slo: SLO) -> dict[str, float]:

@@ -35,7 +35,12 @@ __all__ = [
 
 ANSWER_SCHEMA_VERSION: Literal[1] = 1
 
-Status = Literal["recommended", "keep_defaults", "no_feasible_config", "not_covered"]
+#: ``undecided``: no config is shown to meet the SLO by its predictions, and not every one is shown
+#: to miss it (a candidate's 90 % intervals straddle the SLO: advisor/answers/rule.py); the answer
+#: names that candidate and ``next`` the measurement that decides it. ``no_feasible_config`` is
+#: kept for "every candidate misses", measured or even at its intervals' optimistic ends.
+Status = Literal["recommended", "keep_defaults", "no_feasible_config", "undecided",
+                 "not_covered"]
 AnswerKind = Literal["config", "keep_defaults", "none"]
 Basis = Literal["model", "measured", "extrapolation", "calibration", "none"]
 ConfidenceLevel = Literal["high", "medium", "low", "none"]

@@ -3,7 +3,10 @@
 Two paths. :func:`recommend` is model-based: it predicts every candidate config's metrics at the
 asked workload with the fitted surrogates (knowledge/surrogates/) and returns the config that
 maximises the objective while the *conservative* end of every SLO metric's interval meets the SLO,
-with the nearest measured trials as evidence, a confidence verdict, and the launch command. Outside
+with the nearest measured trials as evidence, a confidence verdict, and the launch command. Where
+none does, it refuses (``no_feasible_config``) only when every candidate misses, measured or even
+at its intervals' optimistic ends; a candidate whose intervals straddle the SLO makes the answer
+``undecided``, with the ``advisor tune`` command that measures that candidate. Outside
 the data (other hardware, model, or a workload far from anything measured) it answers
 ``not_covered`` with the ``advisor tune`` command that would fill the gap.
 
@@ -34,7 +37,15 @@ from advisor.answers.headroom import (
     margins_with_headroom,
     measured_headroom,
 )
-from advisor.answers.rule import Verdict, measured_figures, measured_verdict, predicted_verdict
+from advisor.answers.rule import (
+    Verdict,
+    measured_figures,
+    measured_verdict,
+    predicted_verdict,
+    straddle_reason,
+    straddle_text,
+    undecided,
+)
 from advisor.answers.versus_default import Answer, DefaultComparison, decide, paired_between
 from advisor.errors import AdvisorError, SLOParseError, WorkloadError
 from advisor.failure_gate import failure_model
@@ -448,7 +459,7 @@ FAR_WORKLOAD = math.log(2.0)
 MAX_CANDIDATES = 600
 #: Nearest measured trials returned as evidence.
 EVIDENCE_TRIALS = 5
-Status = Literal["recommended", "no_feasible_config", "not_covered"]
+Status = Literal["recommended", "no_feasible_config", "undecided", "not_covered"]
 Confidence = Literal["high", "medium", "low", "none"]
 
 
@@ -533,8 +544,10 @@ class ModelRecommendation:
     """The model-based answer to a :class:`RecommendationQuery`.
 
     ``status`` is ``recommended`` (``config`` set), ``no_feasible_config`` (the models cover the
-    question, but no candidate's conservative bound meets the SLO; ``closest`` is the nearest
-    miss) or ``not_covered`` (the store has no knowledge for this hardware / model / workload;
+    question, but every candidate misses the SLO, measured or even at the optimistic end of its
+    intervals; ``closest`` is the nearest miss), ``undecided`` (no candidate meets by the rule,
+    but ``closest``'s intervals straddle the SLO: ``tune_command`` measures it) or
+    ``not_covered`` (the store has no knowledge for this hardware / model / workload;
     ``tune_command`` would produce it). ``predicted`` figures are model predictions with 90 %
     intervals; ``evidence`` holds measured trials.
     """
@@ -818,12 +831,15 @@ def _workload_label(w: WorkloadPoint) -> str:
 
 def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | None = None,
                   workload: str | None = None, features: Mapping[str, float] | None = None,
-                  hardware: str | None = None) -> str | None:
+                  hardware: str | None = None,
+                  enqueue: tuple[Mapping[str, Any], ...] | None = None) -> str | None:
     """The ``advisor tune`` command that would measure what is missing, built and checked by
     the study planner `tune` itself uses (advisor/study_request.suggested_tune_command), so
     `tune` accepts it as printed; None when `tune` would refuse every form of it (``model``
     neither a known shape nor a local model directory, a workload beyond its corpus).
-    ``hardware`` adds a ``# run on ...`` comment."""
+    ``hardware`` adds a ``# run on ...`` comment. ``enqueue`` given (an undecided answer): the
+    shortest study that measures those configs, each after the engine default (tune measures
+    it first) and nothing more (``--trials`` just covers them)."""
     import yaml
 
     from advisor.study_request import suggested_tune_command
@@ -841,9 +857,10 @@ def _tune_command(target: str, slo: SLO, objective: Objective, *, model: str | N
     command = None
     for name in dict.fromkeys([preset, None]):
         try:
-            command = suggested_tune_command(target, slo=str(slo), objective=str(objective),
-                                             model=model, workload=name,
-                                             workload_params=params, trials=40)
+            command = suggested_tune_command(
+                target, slo=str(slo), objective=str(objective), model=model, workload=name,
+                workload_params=params, trials=40 if enqueue is None else 1 + len(enqueue),
+                enqueue=enqueue or ())
             break
         except AdvisorError:
             continue
@@ -994,16 +1011,29 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
     if not feasible:
         violation = [sum(max(m, 0.0) for m in verdicts[i].margins.values())
                      for i in range(len(configs))]
-        j = int(np.argmin(violation))
+        straddling = undecided(verdicts, default_i)
+        j = straddling[0] if straddling else int(np.argmin(violation))
         closest = {"config": configs[j],
                    "predicted": {m: p.to_dict() for m, p in _predicted(pred, j).items()},
                    "verdict": verdicts[j].to_dict(),
                    "conservative_slo_margins": _conservative_margins(slo, pred, j, headroom)}
+        why = (f"none of {len(configs)} candidate configs meets the SLO here (measured windows "
+               "at this workload where a config has them, else the conservative end of its 90% "
+               "interval)")
+        if straddling:
+            changed = {k: v for k, v in configs[j].items()
+                       if _config_key({k: v}) != _config_key({k: default.get(k)})}
+            which = ("the engine default" if j == default_i else
+                     "the config " + json.dumps(changed, sort_keys=True, default=str))
+            why += ", " + straddle_reason(len(straddling), which, verdicts[j], straddle_text(
+                slo, {m: (p_.value, p_.low, p_.high) for m, p_ in _predicted(pred, j).items()}))
+            base["tune_command"] = _tune_command(
+                query.target, slo, objective, model=ctx.key.model,
+                workload=nearest.name or None, features=features,
+                enqueue=() if j == default_i else (changed,)) or tune
         return ModelRecommendation(
-            status="no_feasible_config", confidence="none",
-            confidence_reason=f"none of {len(configs)} candidate configs meets the SLO here "
-                              "(measured windows at this workload where a config has them, "
-                              "else the conservative end of its 90% interval)",
+            status="undecided" if straddling else "no_feasible_config", confidence="none",
+            confidence_reason=why,
             closest=closest, notes=(*notes, *(widened[i] for i in dict.fromkeys([j, default_i])
                                               if i in widened)),
             evidence=tuple(_evidence(ctx, configs[j], features, slo, needed)), **base)

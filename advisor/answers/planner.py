@@ -16,7 +16,9 @@ evidence sources, strongest first for what the question allows:
   (advisor/answers/calibration.py).
 
 Each judges the default and every candidate by the same rule (advisor/answers/rule.py); the
-planner turns their result into the one document.
+planner turns their result into the one document. Where no candidate meets the SLO, a predicted
+interval that straddles it makes the answer ``undecided`` (measure that candidate), not a
+refusal: ``no_feasible_config`` says every candidate misses (rule.py's ``undecided``).
 """
 
 from __future__ import annotations
@@ -204,9 +206,11 @@ def _predicted_figures(predicted: Mapping[str, Any]) -> dict[str, Figure]:
             for m, p in predicted.items() if math.isfinite(p.value)}
 
 
-def _status(found: bool, answer: str, covered: bool) -> Status:
+def _status(found: bool, answer: str, covered: bool, straddles: bool = False) -> Status:
     if found:
         return "keep_defaults" if answer == "keep_defaults" else "recommended"
+    if straddles:
+        return "undecided"
     return "no_feasible_config" if covered else "not_covered"
 
 
@@ -222,10 +226,20 @@ def _summary(status: str, q: ResolvedQuestion, hardware: str | None, verdict: Ve
     if status == "no_feasible_config":
         return f"No {q.engine.name} config meets {q.slo} on {where}" + (
             f": {reason}" if reason else ".")
+    if status == "undecided":
+        return (f"Undecided for {q.slo} on {where}: the predictions show no {q.engine.name} "
+                "config meeting it, nor every one missing it" + (
+                    f": {reason.rstrip('.')}." if reason else ".")
+                + " Measure it (next) to decide.")
     return f"Not covered: {reason}" if reason else "Not covered."
 
 
 def _next(tune: str | None, status: str, confidence: str) -> NextStep:
+    if status == "undecided":
+        return NextStep(tune_command=tune, reason=(
+            "measure the candidate whose predicted interval straddles the SLO at this "
+            "workload: its measured windows decide by the one rule" if tune else
+            "no runnable measurement for this question"))
     if status in ("not_covered", "no_feasible_config"):
         return NextStep(tune_command=tune, reason=("measure what is missing" if tune else
                                                    "no runnable study for this question"))
@@ -237,7 +251,8 @@ def _next(tune: str | None, status: str, confidence: str) -> NextStep:
 # -- from each source --------------------------------------------------------------------------
 
 def _from_model(rec: ModelRecommendation, q: ResolvedQuestion, hardware: str | None) -> Answer:
-    status = _status(rec.found, rec.answer, rec.status == "no_feasible_config")
+    status = _status(rec.found, rec.answer, rec.status == "no_feasible_config",
+                     rec.status == "undecided")
     figures = _figures(rec.figures) or _predicted_figures(rec.predicted)
     default = None
     if rec.default_verdict is not None or rec.baseline is not None:
@@ -353,7 +368,8 @@ def _from_shape(rec: ShapeRecommendation | UnmeasuredShape, q: ResolvedQuestion,
                       details={"model_shape": rec.shape.to_dict(), "measured_models": {
                           display_name(n): None if f is None else f.to_dict()
                           for n, f in rec.measured.items()}})
-    status = _status(rec.found, rec.answer, rec.status == "no_feasible_config")
+    status = _status(rec.found, rec.answer, rec.status == "no_feasible_config",
+                     rec.status == "undecided")
     intervals = {m: (p.value, p.low, p.high) for m, p in rec.predicted.items()}
     verdict = predicted_verdict(rec.slo, intervals) if rec.predicted else None
     reason = None if rec.found else rec.reason
@@ -399,11 +415,7 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
     status = cast(Status, rec.status)
     hardware = profile.hardware_key
     verdict = rec.verdict
-    reason = None
-    if status == "no_feasible_config":
-        reason = (f"none of {rec.considered} candidate configs meets the SLO here (measured "
-                  "windows at this workload where a config has them, else the conservative end "
-                  "of the calibrated 90% interval)")
+    reason = rec.reason
     summary = _summary(status, q, hardware, verdict, reason).rstrip(".") + "."
     summary += (f" {calibration.label.capitalize()} on {profile.hardware} "
                 f"({calibration.source}); verify it on the GPU before relying on it.")
@@ -428,6 +440,11 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
     next_step = NextStep(tune_command=rec.verify_command,
                          reason="verify the calibrated answer on the GPU: the answered config "
                                 "(and the defaults beside it) at the asked rate, 3 rounds")
+    if status == "undecided":
+        next_step = NextStep(tune_command=rec.verify_command,
+                             reason="measure the candidate whose calibrated interval straddles "
+                                    "the SLO on the GPU at the asked rate, 3 rounds: its "
+                                    "windows decide by the one rule")
     return Answer(
         status=status, answer=cast(AnswerKind, rec.answer), basis="calibration",
         summary=summary, question=_question(q, hardware, rec.workload),

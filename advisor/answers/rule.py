@@ -8,6 +8,12 @@ builds).
 Only where C has no window at W does a prediction decide, and then at the conservative end of
 its interval (the end worse for each bound). The verdict says which basis decided, with
 ``k of n`` windows for a measured one, so an answer can print the rule it followed.
+
+A predicted verdict that does not meet is one of two things: a miss (even the optimistic end of
+some bound's interval misses it) or undecided (every bound's interval reaches the side that
+meets, but not every conservative end does: the interval straddles the SLO). When no candidate
+meets, :func:`undecided` says whether the refusal holds: a straddling candidate means the
+predictions cannot tell, and measuring it decides.
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ __all__ = [
     "Verdict",
     "measured_figures",
     "measured_verdict",
+    "point_meets",
     "predicted_verdict",
+    "straddle_reason",
+    "straddle_text",
+    "undecided",
     "windows_needed",
 ]
 
@@ -56,7 +66,8 @@ class Verdict:
     ``meets`` is None when there is no evidence at all (``basis`` ``none``). For a measured
     verdict ``windows_met`` of ``windows`` met every bound and ``trial_ids`` are those windows;
     ``margins`` are the margins of the median figures (``<= 0``: met). For a predicted one
-    ``margins`` are the conservative margins and ``windows`` is 0.
+    ``margins`` are the conservative margins, ``optimistic_margins`` and ``point_margins`` those
+    of the other end of each interval and of the point, and ``windows`` is 0.
     """
 
     meets: bool | None
@@ -65,6 +76,16 @@ class Verdict:
     windows: int = 0
     margins: dict[str, float] = field(default_factory=dict)
     trial_ids: tuple[int, ...] = ()
+    optimistic_margins: dict[str, float] = field(default_factory=dict)
+    point_margins: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def straddles(self) -> bool:
+        """A predicted verdict that does not meet while the optimistic end of every bound's
+        interval does: the interval straddles the SLO, so the prediction cannot say "misses"."""
+        return (self.basis == "predicted" and self.meets is False
+                and bool(self.optimistic_margins)
+                and all(m <= 0 for m in self.optimistic_margins.values()))
 
     @property
     def rule(self) -> str:
@@ -78,6 +99,10 @@ class Verdict:
         said = "meets the SLO" if self.meets else "misses the SLO"
         if self.basis == "measured":
             return f"{said} (measured, {self.windows_met} of {self.windows} windows)"
+        if self.straddles:
+            point = "meets" if point_meets(self) else "misses"
+            return ("undecided (predicted: the 90% interval straddles the SLO; the point "
+                    f"prediction {point} it, the conservative end misses it)")
         return f"{said} (predicted, conservative end of the 90% interval)"
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,12 +147,71 @@ def predicted_verdict(slo: SLO, intervals: Mapping[str, tuple[float, float, floa
     at its interval's conservative end."""
     if any(b.metric not in intervals for b in slo.bounds):
         return Verdict(meets=None, basis="none")
-    margins = {str(b): bound_margin(b, float(intervals[b.metric][2] if b.op == "<="
-                                              else intervals[b.metric][1]), headroom or {})
-               for b in slo.bounds}
+    room = headroom or {}
+
+    def at(end: int) -> dict[str, float]:
+        """Margins with each bound read at the point (0), its worse end (1) or better end (2)."""
+        out = {}
+        for b in slo.bounds:
+            value, low, high = intervals[b.metric]
+            worse, better = (high, low) if b.op == "<=" else (low, high)
+            out[str(b)] = bound_margin(b, float((value, worse, better)[end]), room)
+        return out
+
+    margins = at(1)
     return Verdict(meets=all(m <= 0 for m in margins.values()), basis="predicted",
-                   margins=margins)
+                   margins=margins, optimistic_margins=at(2), point_margins=at(0))
+
+
+def undecided(verdicts: Sequence[Verdict], default: int | None = 0) -> list[int]:
+    """The candidates whose predicted interval straddles the SLO (:attr:`Verdict.straddles`),
+    most promising first: the ``default``'s when its point prediction meets (measuring it also
+    answers "may I keep the defaults?"), then those whose point prediction meets before those
+    whose point misses, each closest to meeting at the conservative end first. Empty when every
+    candidate that does not meet misses even at its optimistic end (or was measured to miss):
+    then a refusal is what the evidence says. Callers ask it only when no candidate meets."""
+    def violation(margins: Mapping[str, float]) -> float:
+        return sum(max(m, 0.0) for m in margins.values())
+
+    def key(i: int) -> tuple[bool, bool, float, int]:
+        misses = not point_meets(verdicts[i])
+        return (not (i == default and not misses), misses, violation(verdicts[i].margins), i)
+
+    return sorted((i for i, v in enumerate(verdicts) if v.straddles), key=key)
 
 
 def _all_measured(slo: SLO, window: Mapping[str, Any]) -> bool:
     return all(isinstance(window.get(m), int | float) for m in slo.metrics)
+
+
+def straddle_text(slo: SLO, intervals: Mapping[str, tuple[float, float, float]]) -> str:
+    """Each bound's predicted figure ``metric value [low .. high]`` against the bound, for the
+    reason of an undecided answer: ``ttft_p95_ms 57.3 [9.39 .. 349] against <= 300``."""
+    def fmt(v: float) -> str:
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+    parts = []
+    for b in slo.bounds:
+        if b.metric in intervals:
+            value, low, high = intervals[b.metric]
+            parts.append(f"{b.metric} {fmt(value)} [{fmt(low)} .. {fmt(high)}] against "
+                         f"{b.op} {b.threshold:g}")
+    return ", ".join(parts)
+
+
+def point_meets(verdict: Verdict) -> bool:
+    """Whether a predicted verdict's point prediction meets every bound."""
+    return bool(verdict.point_margins) and all(m <= 0 for m in verdict.point_margins.values())
+
+
+def straddle_reason(count: int, which: str, verdict: Verdict, said: str) -> str:
+    """The sentence an undecided answer gives after saying that no candidate meets: how many
+    straddle, the one to measure (``which``, predicted ``said``: :func:`straddle_text`), and
+    whether its point prediction leans to meeting or to missing."""
+    lean = ("its point prediction meets the SLO" if point_meets(verdict) else
+            "its point prediction misses the SLO, so a measurement will more likely confirm a "
+            "miss")
+    them = ("but 1 of them is not shown to miss it either: its 90% intervals straddle" if count == 1
+            else f"but {count} of them are not shown to miss it either: their 90% intervals "
+                 "straddle")
+    return f"{them} the SLO. The most promising, {which}, is predicted {said} ({lean})"

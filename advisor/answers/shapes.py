@@ -4,7 +4,9 @@ several other shapes there (the engine default first) are carried to it by
 unmeasured shape (``basis: extrapolation``), with intervals widened by the held-out-shape error,
 the shapes it came from and the ``advisor tune`` command that would measure it. Where it cannot
 answer (weights that do not fit the GPU, a shape far outside the measured ones, a rate above the
-predicted capacity) it says precisely why.
+predicted capacity) it says precisely why. Where no transferred config meets the SLO at its
+intervals' conservative ends it refuses only when every one misses even at the optimistic ends;
+an interval straddling the SLO answers ``undecided`` (advisor/answers/rule.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor.answers.headroom import bound_margin
 from advisor.answers.model_based import PredictedMetric, Status, trial_model
+from advisor.answers.rule import predicted_verdict, straddle_reason, straddle_text, undecided
 from advisor.errors import AdvisorError, SLOParseError
 from advisor.inputs import requested_slo
 from advisor.model_config import UnmeasuredShape, unmeasured_shape
@@ -255,9 +257,7 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
         features = {"parameters": float(shape.parameters),
                     "kv_bytes_per_token": float(shape.kv_bytes_per_token)}
         pred = transfer.predict(features, rate, [goal.metric, *rule.metrics])
-        margins = {str(b): bound_margin(b, pred.metrics[b.metric][2 if b.op == "<=" else 1], {})
-                   for b in rule.bounds if b.metric in pred.metrics}
-        answers.append((diff, transfer, pred, margins))
+        answers.append((diff, transfer, pred, predicted_verdict(rule, pred.metrics).margins))
     diff, transfer, pred, margins = answers[0]  # the default's when it transfers
     seen = [float(c.features[transfer.feature_]) for c in transfer.curves_]
     base.update(feature=transfer.feature_, shape_position=pred.position,
@@ -285,10 +285,17 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
     feasible = [a for a in answers if a[3] and all(v <= 0 for v in a[3].values())
                 and len(a[3]) == len(rule.bounds)]
     sign = 1.0 if goal.direction == "maximize" else -1.0
+    # No transferred config meets: one whose intervals straddle the SLO leaves it undecided
+    # (the default's first when its point prediction meets), else every one misses.
+    straddling = [] if feasible else undecided(
+        [predicted_verdict(rule, a[2].metrics) for a in answers],
+        0 if answers[0][0] == "{}" else None)
     if feasible:
         diff, transfer, pred, margins = max(
             feasible, key=lambda a: (sign * a[2].metrics.get(goal.metric, (0.0,))[0],
                                      a[0] == "{}"))
+    elif straddling:
+        diff, transfer, pred, margins = answers[straddling[0]]
     shapes = configs[diff]
     model = max(shapes, key=lambda m: len(shapes[m]))
     config = dict(shapes[model][-1].config) if diff != "{}" else dict(default)
@@ -299,6 +306,14 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
     base.update(config=config, predicted=predicted, conservative_margins=margins,
                 config_is_default=diff == "{}", capacity_rps=PredictedMetric(*pred.capacity),
                 launch_command=_launch(engine, config, shapes[model][-1], shape, rate))
+    if straddling:
+        which = ("the engine default" if diff == "{}" else f"the config {diff}")
+        return ShapeRecommendation(
+            status="undecided", reason=f"{label}; no transferred config's 90% interval meets "
+            f"{rule}, " + straddle_reason(len(straddling), which,
+                                          predicted_verdict(rule, pred.metrics),
+                                          straddle_text(rule, pred.metrics))
+            + "; measuring the shape decides", **base)
     if not feasible:
         return ShapeRecommendation(
             status="no_feasible_config", reason=f"{label}; no transferred config's 90% "
@@ -353,6 +368,11 @@ def shape_answer_lines(rec: ShapeRecommendation) -> list[str]:
     elif rec.status == "no_feasible_config":
         lines.append(f"No {rec.target} config is predicted to meet {rec.slo} for {rec.model} "
                      f"on {where} with its widened 90% interval ({rec.shape_position}).")
+        lines.append(rec.reason)
+    elif rec.status == "undecided":
+        lines.append(f"Undecided for {rec.slo} for {rec.model} on {where}: no {rec.target} "
+                     "config is shown to meet it by its widened 90% interval, nor every one "
+                     f"to miss it ({rec.shape_position}); measure it.")
         lines.append(rec.reason)
     else:
         head = ("Keep the defaults: the engine default" if rec.config_is_default

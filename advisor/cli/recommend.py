@@ -74,7 +74,9 @@ def recommend_cmd(
     by the same rule and is better beyond the noise. Measured windows at your workload decide
     first (k of n shown); model predictions, labelled with their 90 % intervals, fill the gaps.
     Questions outside the data are answered `not_covered` with the `advisor tune` command that
-    would cover them. Exit code 1 when no config is recommended.
+    would cover them; where no config is shown to meet the SLO but a prediction's interval
+    straddles it, `undecided` with the measurement that decides it. Exit code 1 when no config
+    is recommended.
     """
     settings = cli_settings()
     hw = {"this": hardware_key(), "any": None}.get(hardware or "", hardware)

@@ -16,7 +16,8 @@ router = APIRouter(prefix="/v1", tags=["recommendations"], dependencies=[ReadAcc
                                               "feature"}})
 async def recommend(body: RecommendationCreate, knowledge: KnowledgeDep) -> Response:
     """One answer document for every outcome (`recommended`, `keep_defaults`,
-    `no_feasible_config`, `not_covered`; `basis` model / measured / extrapolation), the same bytes
+    `no_feasible_config`, `undecided`, `not_covered`; `basis` model / measured / extrapolation /
+    calibration), the same bytes
     `advisor recommend --json` prints. The engine default is candidate #1 and is judged by the
     same rule as every candidate: measured windows at the workload first (k of n), predictions
     where none exist. `measured: true` answers from stored trials only."""

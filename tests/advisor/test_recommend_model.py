@@ -49,8 +49,17 @@ def test_conservative_bound_of_the_answer_meets_the_slo(store: TrialStore,
                                                         models: KnowledgeModels, slo: str,
                                                         n_vectors: int) -> None:
     rec = ask(store, models, slo, workload={"n_vectors": n_vectors})
-    assert rec.status in ("recommended", "no_feasible_config")
+    assert rec.status in ("recommended", "no_feasible_config", "undecided")
     bounds = parse_slo(slo).bounds
+    if rec.status == "undecided":  # nothing promised; the straddling candidate is named
+        assert rec.config is None and rec.closest is not None
+        verdict = rec.closest["verdict"]
+        assert verdict["basis"] == "predicted" and verdict["meets_slo"] is False
+        assert verdict["text"].startswith("undecided")
+        low_ends = {b.metric: rec.closest["predicted"][b.metric] for b in bounds}
+        assert all(b.holds(low_ends[b.metric]["low" if b.op == "<=" else "high"])
+                   for b in bounds)
+        assert rec.tune_command is not None and "--trials" in rec.tune_command
     if rec.status == "recommended":
         assert rec.config is not None and rec.launch_command
         assert rec.verdict is not None and rec.verdict.meets
