@@ -69,11 +69,13 @@ def cli_settings() -> Settings:
     return settings
 
 
-def cli_store(settings: Settings | None = None) -> TrialStore:
+def cli_store(settings: Settings | None = None, *, sigterm_raises: bool = True) -> TrialStore:
     """The store a command works on (advisor/stores.py: the shipped knowledge imported).
     SIGTERM stops the command as Ctrl-C does, so the store is closed (checkpointed) on the way
-    out rather than left to its ``-wal`` file."""
-    sigterm_interrupts()
+    out rather than left to its ``-wal`` file; ``sigterm_raises=False`` leaves the signal
+    handlers as they are, for a command that installed its own (:func:`stop_on_signals`)."""
+    if sigterm_raises:
+        sigterm_interrupts()
     return open_store(settings or cli_settings())
 
 
@@ -137,6 +139,21 @@ def sigterm_interrupts() -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+def stop_on_signals(stop: Callable[[], object]) -> None:
+    """Make SIGTERM and SIGINT call ``stop`` (which only sets a flag) instead of raising, for
+    the long-running commands whose loop looks at that flag: an exception raised by a signal
+    handler lands wherever the main thread is, and inside a WSGI request (whose handler
+    catches every exception) or a garbage-collection callback it is swallowed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def model_option(model: str | None, model_config: str | None) -> str | None:

@@ -7,14 +7,20 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import signal
 import threading
 import time
 from typing import Annotated, Any
 
 import typer
 
-from advisor.cli.context import choice, cli_settings, cli_store, err, sigterm_interrupts
+from advisor.cli.context import (
+    choice,
+    cli_settings,
+    cli_store,
+    err,
+    sigterm_interrupts,
+    stop_on_signals,
+)
 from advisor.errors import AdvisorError
 from knowledge.cache import KnowledgeModels
 
@@ -101,6 +107,8 @@ def serve_cmd(
 
 #: How long a stopped dashboard waits for the study its background builder is writing.
 _BUILDER_STOP_S = 20.0
+#: How often the dashboard's serving loop, idle, looks whether it was asked to stop.
+_STOP_POLL_S = 0.5
 
 
 def dashboard_cmd(
@@ -122,8 +130,23 @@ def dashboard_cmd(
     from advisor.dashboard import backfill_optuna_studies, dashboard_app
     from advisor.optuna_bridge import optuna_storage
 
+    # SIGTERM and Ctrl-C only ask the dashboard to stop (checked before it serves and between
+    # requests): raised as KeyboardInterrupt, a stop that landed inside a request (wsgiref's
+    # handler catches every exception) or in a garbage-collection callback that the background
+    # builder's work set off was swallowed, and the dashboard served on for good.
+    stopping = threading.Event()
+    building: list[Any] = []  # the background builder, once there is one
+
+    def stop() -> None:
+        stopping.set()
+        for pending_trials in building:  # a study page's build under way stops too
+            pending_trials.stop()
+
+    stop_on_signals(stop)
     settings = cli_settings()
-    store = cli_store(settings)
+    store = cli_store(settings, sigterm_raises=False)
+    if stopping.is_set():
+        return
     storage = optuna_storage(store.url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Imported studies get their Optuna studies now (seconds) and their trials later: Optuna
@@ -136,6 +159,10 @@ def dashboard_cmd(
         err.print(f"created the Optuna studies of {created} imported studies (once per store)")
     wsgi_app = dashboard_app(storage, store)
     pending = getattr(wsgi_app, "pending", None)
+    if pending is not None:
+        building.append(pending)
+        if stopping.is_set():
+            pending.stop()
     builder: threading.Thread | None = None
     if pending:
         err.print(f"building the trials of {len(pending)} imported studies in the background; "
@@ -150,9 +177,10 @@ def dashboard_cmd(
 
     with make_server(host, port, wsgi_app, handler_class=_Quiet) as server:
         err.print(f"optuna-dashboard on http://{host}:{port}/dashboard (Ctrl-C stops it)")
+        server.timeout = _STOP_POLL_S  # handle_request returns this often to see a stop
         try:
-            with contextlib.suppress(KeyboardInterrupt):
-                server.serve_forever()
+            while not stopping.is_set():
+                server.handle_request()
         finally:
             if builder is not None and pending:  # stop building before the store closes
                 pending.stop()
@@ -185,10 +213,9 @@ def worker_cmd(
         for w in workers:
             w.stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(stop)
     settings = cli_settings()
-    workers.append(Worker(settings, cli_store(settings)))
+    workers.append(Worker(settings, cli_store(settings, sigterm_raises=False)))
     if stopping.is_set():
         workers[0].stop()
     workers[0].run_forever(stop_when_idle=once)
