@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 #: The test modules that take longest, longest first (seconds each took alone on an idle 2-core
 #: machine, 2026-12-04; those dated 12-06 alone at load average 1-2, with the shipped fitted
-#: models current). scripts/test.sh runs two pytest-xdist workers with ``--dist loadfile``,
+#: models current). scripts/test.sh runs three pytest-xdist workers with ``--dist loadfile``,
 #: which hands out whole modules in collection order (``--no-loadscope-reorder``: its default
 #: order, most tests first, left these few-test modules for the end of the run, where one of
 #: them kept a worker busy minutes after the other had finished). Started first, they overlap

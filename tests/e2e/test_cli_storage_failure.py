@@ -100,7 +100,9 @@ def test_a_full_disk_stops_the_study_in_one_line_and_loses_nothing(tmp_path: Pat
         tune = _start(env)
         _wait_for_trials(store, tune, 3)
         filler = disk / "filler"
-        with filler.open("wb") as f, contextlib.suppress(OSError):  # fill the disk up
+        # Fill the disk up. The suppress goes first: closing the file flushes what is left in
+        # its buffer, and that raised ENOSPC past a suppress that closed before it.
+        with contextlib.suppress(OSError), filler.open("wb") as f:
             while True:
                 f.write(b"\0" * 65536)
                 f.flush()
