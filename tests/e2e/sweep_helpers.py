@@ -3,7 +3,6 @@ scripted cell, and the store-consistency check (no lost, duplicated or stuck tri
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -21,19 +20,10 @@ from knowledge import TrialStatus, TrialStore
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def advisor(*args: str, env: dict[str, str], timeout: float = 600, favoured: bool = False
+def advisor(*args: str, env: dict[str, str], timeout: float = 600
             ) -> subprocess.CompletedProcess[str]:
-    """``advisor *args`` in a subprocess. ``favoured``: at a high scheduling priority where the
-    test runs as root (the trials it starts inherit it), for a test whose subject is a real
-    latency: the suite's other workers then take CPU time from it only when it has none to
-    use, as on the quiet machine a nightly sweep runs on."""
-    def favour() -> None:
-        with contextlib.suppress(OSError):
-            os.nice(-15)
-
     return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=favour if favoured and os.geteuid() == 0 else None)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def sweep_file(tmp_path: Path, name: str, matrix: list[dict[str, Any]], **top: Any) -> Path:

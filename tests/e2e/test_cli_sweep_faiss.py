@@ -26,12 +26,7 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
 
     def run(n_base: int) -> dict[str, Any]:
         # An exhaustive IVF-Flat scan: its latency grows with the corpus, so a 20x corpus is a
-        # regression no noise explains. A move counts only past 4x (min_change 3): on a shared
-        # 2-core CI machine the other test worker's load slowed an identical rerun of the small
-        # corpus past the 1.5x this once allowed, so contention stays well under the bar and
-        # the heavy corpus well over it. The sweeps run favoured by the scheduler (as root):
-        # with three test workers on two cores a rerun measured while the others were busy
-        # read over 4x slower than the first run.
+        # regression no noise explains; a move counts only past 4x (min_change 3).
         cell = {"target": "faiss", "workloads": ["synthetic-1m"],
                 "workload_params": {"n_base": n_base, "n_queries": 100, "dim": 64,
                                     "n_clusters": 32},
@@ -40,16 +35,17 @@ def test_drift_on_real_faiss(tmp_path: Path, faiss_cache: Path) -> None:
                 "slo_tiers": {"any": "p95_latency_ms<=1000,recall_at_10>=0.5"}}
         path = sweep_file(tmp_path, name, [cell], trials=1, repeats=3, workers=1,
                           drift={"noise_factor": 3, "min_change": 3.0})
-        result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env,
-                         favoured=True)
+        result = advisor("sweep", "run", str(path), "--json", "--no-refit", env=env)
         summary = summary_of(result)
         assert result.returncode == summary["exit_code"], result.stderr
         return summary
 
-    run(20_000)
-    quiet = run(20_000)
-    assert quiet["cells"][0]["drift"]["status"] in ("steady", "improved"), quiet["cells"][0]
-    assert quiet["exit_code"] == 0
+    # That an identical rerun stays quiet is test_cli_sweep.py's (the scripted engine): on a
+    # shared 2-core machine the real latencies of a 30-ms FAISS measurement moved over 4x
+    # between identical reruns (the suite's other workers busy in one run, not the other;
+    # twice in four three-worker runs, and once with two workers under a 1.5x bar).
+    first = run(20_000)
+    assert first["exit_code"] == 0 and first["cells"][0]["drift"]["status"] == "no-baseline"
     heavy = run(400_000)
     drift = heavy["cells"][0]["drift"]
     assert heavy["exit_code"] == 3 and drift["status"] == "regressed", drift
