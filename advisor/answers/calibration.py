@@ -38,7 +38,6 @@ from advisor.answers.rule import (
     measured_verdict,
     predicted_verdict,
     straddle_reason,
-    straddle_text,
     undecided,
 )
 from advisor.calibrate import workload_streams
@@ -598,8 +597,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
                      + json.dumps({k: v for k, v in configs[j].items() if defaults.get(k) != v},
                                   sort_keys=True))
             closest["figures"] = {m: f.model_dump(mode="json") for m, f in figures[j].items()}
-            reason = f"{reason}, " + straddle_reason(len(straddling), which, verdicts[j],
-                                                     straddle_text(slo, intervals[j]))
+            reason = f"{reason}, " + straddle_reason(len(straddling), which, verdicts[j], slo,
+                                                     intervals[j])
     picked = None if chosen is None else configs[chosen]
     launch = None
     spec = {"kind": "llm-serving", "params": {**params, "arrival": {

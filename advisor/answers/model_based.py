@@ -43,7 +43,6 @@ from advisor.answers.rule import (
     measured_verdict,
     predicted_verdict,
     straddle_reason,
-    straddle_text,
     undecided,
 )
 from advisor.answers.versus_default import Answer, DefaultComparison, decide, paired_between
@@ -1025,8 +1024,9 @@ def recommend(store: TrialStore, query: RecommendationQuery, *,
                        if _config_key({k: v}) != _config_key({k: default.get(k)})}
             which = ("the engine default" if j == default_i else
                      "the config " + json.dumps(changed, sort_keys=True, default=str))
-            why += ", " + straddle_reason(len(straddling), which, verdicts[j], straddle_text(
-                slo, {m: (p_.value, p_.low, p_.high) for m, p_ in _predicted(pred, j).items()}))
+            why += ", " + straddle_reason(
+                len(straddling), which, verdicts[j], slo,
+                {m: (p_.value, p_.low, p_.high) for m, p_ in _predicted(pred, j).items()})
             base["tune_command"] = _tune_command(
                 query.target, slo, objective, model=ctx.key.model,
                 workload=nearest.name or None, features=features,

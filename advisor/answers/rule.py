@@ -37,7 +37,6 @@ __all__ = [
     "point_meets",
     "predicted_verdict",
     "straddle_reason",
-    "straddle_text",
     "undecided",
     "windows_needed",
 ]
@@ -184,7 +183,7 @@ def _all_measured(slo: SLO, window: Mapping[str, Any]) -> bool:
     return all(isinstance(window.get(m), int | float) for m in slo.metrics)
 
 
-def straddle_text(slo: SLO, intervals: Mapping[str, tuple[float, float, float]]) -> str:
+def _straddle_text(slo: SLO, intervals: Mapping[str, tuple[float, float, float]]) -> str:
     """Each bound's predicted figure ``metric value [low .. high]`` against the bound, for the
     reason of an undecided answer: ``ttft_p95_ms 57.3 [9.39 .. 349] against <= 300``."""
     def fmt(v: float) -> str:
@@ -204,10 +203,13 @@ def point_meets(verdict: Verdict) -> bool:
     return bool(verdict.point_margins) and all(m <= 0 for m in verdict.point_margins.values())
 
 
-def straddle_reason(count: int, which: str, verdict: Verdict, said: str) -> str:
+def straddle_reason(count: int, which: str, verdict: Verdict, slo: SLO,
+                    intervals: Mapping[str, tuple[float, float, float]]) -> str:
     """The sentence an undecided answer gives after saying that no candidate meets: how many
-    straddle, the one to measure (``which``, predicted ``said``: :func:`straddle_text`), and
-    whether its point prediction leans to meeting or to missing."""
+    straddle, the one to measure (``which``, its ``verdict`` and its predicted ``intervals``
+    ``metric -> (value, low, high)``, each against its bound of ``slo``), and whether its point
+    prediction leans to meeting or to missing."""
+    said = _straddle_text(slo, intervals)
     lean = ("its point prediction meets the SLO" if point_meets(verdict) else
             "its point prediction misses the SLO, so a measurement will more likely confirm a "
             "miss")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.answers.model_based import PredictedMetric, Status, trial_model
-from advisor.answers.rule import predicted_verdict, straddle_reason, straddle_text, undecided
+from advisor.answers.rule import Verdict, predicted_verdict, straddle_reason, undecided
 from advisor.errors import AdvisorError, SLOParseError
 from advisor.inputs import requested_slo
 from advisor.model_config import UnmeasuredShape, unmeasured_shape
@@ -251,13 +251,15 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
                 "more GPUs (or quantized weights), and no measured shape ran that way"), **base)
     rate = asked[_RATE]
     answers: list[tuple[str, ShapeTransfer, ShapePrediction, dict[str, float]]] = []
+    verdicts: list[Verdict] = []  # each answer's, by the one rule
     for diff, shapes in sorted(configs.items(), key=lambda kv: kv[0] != "{}"):
         transfer = ShapeTransfer().fit([measured_shape(m, ts)
                                         for m, ts in sorted(shapes.items())])
         features = {"parameters": float(shape.parameters),
                     "kv_bytes_per_token": float(shape.kv_bytes_per_token)}
         pred = transfer.predict(features, rate, [goal.metric, *rule.metrics])
-        answers.append((diff, transfer, pred, predicted_verdict(rule, pred.metrics).margins))
+        verdicts.append(predicted_verdict(rule, pred.metrics))
+        answers.append((diff, transfer, pred, verdicts[-1].margins))
     diff, transfer, pred, margins = answers[0]  # the default's when it transfers
     seen = [float(c.features[transfer.feature_]) for c in transfer.curves_]
     base.update(feature=transfer.feature_, shape_position=pred.position,
@@ -287,9 +289,7 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
     sign = 1.0 if goal.direction == "maximize" else -1.0
     # No transferred config meets: one whose intervals straddle the SLO leaves it undecided
     # (the default's first when its point prediction meets), else every one misses.
-    straddling = [] if feasible else undecided(
-        [predicted_verdict(rule, a[2].metrics) for a in answers],
-        0 if answers[0][0] == "{}" else None)
+    straddling = [] if feasible else undecided(verdicts, 0 if answers[0][0] == "{}" else None)
     if feasible:
         diff, transfer, pred, margins = max(
             feasible, key=lambda a: (sign * a[2].metrics.get(goal.metric, (0.0,))[0],
@@ -310,9 +310,8 @@ def extrapolate_shape(store: TrialStore, gap: UnmeasuredShape, *, slo: str,
         which = ("the engine default" if diff == "{}" else f"the config {diff}")
         return ShapeRecommendation(
             status="undecided", reason=f"{label}; no transferred config's 90% interval meets "
-            f"{rule}, " + straddle_reason(len(straddling), which,
-                                          predicted_verdict(rule, pred.metrics),
-                                          straddle_text(rule, pred.metrics))
+            f"{rule}, " + straddle_reason(len(straddling), which, verdicts[straddling[0]], rule,
+                                          pred.metrics)
             + "; measuring the shape decides", **base)
     if not feasible:
         return ShapeRecommendation(

@@ -4,7 +4,6 @@ store (the REST API, optuna-dashboard, the job worker).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import threading
@@ -184,8 +183,7 @@ def dashboard_cmd(
         finally:
             if builder is not None and pending:  # stop building before the store closes
                 pending.stop()
-                with contextlib.suppress(KeyboardInterrupt):
-                    builder.join(timeout=_BUILDER_STOP_S)
+                builder.join(timeout=_BUILDER_STOP_S)
 
 
 def worker_cmd(
