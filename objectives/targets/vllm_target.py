@@ -17,6 +17,7 @@ directory, flags and port are appended to it.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -93,6 +94,16 @@ _LOG_FACTS: dict[str, tuple[re.Pattern[str], type]] = {
     "kv_cache_memory_gib": (re.compile(r"Available KV cache memory: (?P<v>[\d.]+) GiB"), float),
     # gpu_model_runner.py: "Model loading took %.4f GiB [memory ]and %.6f seconds".
     "weights_gib": (re.compile(r"Model loading took (?P<v>[\d.]+) GiB"), float),
+    # Where the engine's start-up went (issue 44's trial-time breakdown), from the same log:
+    "weights_load_s": (re.compile(r"Model loading took [\d.]+ GiB (?:memory )?and "
+                                  r"(?P<v>[\d.]+) seconds"), float),
+    # compilation/monitor.py: "torch.compile took %.2f s in total" (a warm cache: a few s).
+    "torch_compile_s": (re.compile(r"torch\.compile took (?P<v>[\d.]+) s in total"), float),
+    # model_runner.py: "Graph capturing finished in %.0f secs, took %.2f GiB".
+    "cuda_graphs_s": (re.compile(r"Graph capturing finished in (?P<v>[\d.]+) secs"), float),
+    # v1/engine/core.py: "init engine (profile, create kv cache, warmup model) took %.2f s".
+    "engine_init_s": (re.compile(r"init engine \(profile, create kv cache, warmup model\) "
+                                 r"took (?P<v>[\d.]+) s"), float),
 }
 #: Start-up lines that only list the server's routes: left out of the stored log tail.
 _ROUTE_LINE = re.compile(r"\[launcher\.py:\d+\] Route: ")
@@ -253,14 +264,56 @@ def installed_version() -> str | None:
 
 
 def engine_facts(log: str) -> dict[str, Any]:
-    """What vLLM reported about itself at start-up: its version and KV-cache capacity."""
+    """What vLLM reported about itself at start-up: its version, KV-cache capacity and where its
+    start-up time went (:data:`_LOG_FACTS`, :func:`startup_phases`)."""
     facts: dict[str, Any] = {}
     if match := _SERVER_VERSION.search(log):
         facts["engine_version_reported"] = match.group("v")
     for key, (pattern, kind) in _LOG_FACTS.items():
         if match := pattern.search(log):
             facts[key] = kind(match.group("v").replace(",", ""))
+    if phases := startup_phases(log):
+        facts["startup_phases_s"] = phases
     return facts
+
+
+#: A vLLM log line's time stamp ("INFO 12-06 15:21:00 [file.py:12] ..."): to the second.
+_LOG_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR) (?P<t>\d\d-\d\d \d\d:\d\d:\d\d) \[")
+#: The start-up's landmarks, in order: the API server's first line (its imports done), the
+#: engine core's first (config resolved, engine-core process spawned and imported), the engine's
+#: init done (weights, compile, KV cache, CUDA graphs, warm-up), the server listening.
+_PHASE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("api_first_line", re.compile(r"")),
+    ("engine_core_first_line", re.compile(r"Initializing a V1 LLM engine")),
+    ("engine_init_done", re.compile(r"init engine \(profile")),
+    ("serving", re.compile(r"Starting vLLM server on")),
+)
+
+
+def startup_phases(log: str) -> dict[str, float]:
+    """Seconds between the start-up landmarks of :data:`_PHASE_MARKS`, from the log's own time
+    stamps (whole seconds): ``api_to_engine_core`` (the API server resolving the config, then
+    spawning the engine-core process and its imports), ``engine_core_init`` (engine core up to
+    its init done), ``init_to_serving`` (the API server's own start after it). Empty when the
+    landmarks are not all there (an older or failed start)."""
+    stamps: dict[str, datetime.datetime] = {}
+    marks = iter(_PHASE_MARKS)
+    name, pattern = next(marks)
+    for line in log.splitlines():
+        stamp = _LOG_STAMP.search(line)
+        if stamp is None or not pattern.search(line):
+            continue
+        stamps[name] = datetime.datetime.strptime(stamp.group("t"), "%m-%d %H:%M:%S")
+        following = next(marks, None)
+        if following is None:
+            break
+        name, pattern = following
+    if len(stamps) < len(_PHASE_MARKS):
+        return {}
+    names = [mark for mark, _ in _PHASE_MARKS]
+    labels = ("api_to_engine_core", "engine_core_init", "init_to_serving")
+    return {label: (stamps[later] - stamps[earlier]).total_seconds()
+            for label, earlier, later in zip(labels, names[:-1], names[1:], strict=True)}
 
 
 def log_excerpt(log: str, n_chars: int = LOG_TAIL_CHARS) -> str:

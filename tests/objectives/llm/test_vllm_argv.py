@@ -254,6 +254,38 @@ def test_engine_facts_and_log_excerpt_read_vllm_startup_lines() -> None:
     assert len(log_excerpt(log, 40)) == 40
 
 
+def test_engine_facts_read_where_the_start_up_time_went() -> None:
+    """The lines vLLM 0.26.0 logged on the H100 (docs/benchmarks/h100-heldout-2026-12-06/
+    vllm-8b-defaults.log): each phase's own figure, and the seconds between the landmarks."""
+    from objectives.targets.vllm_target import engine_facts
+
+    log = "\n".join([
+        "(APIServer pid=707) INFO 12-06 15:21:00 [api_utils.py:345]  version 0.26.0",
+        "(APIServer pid=707) INFO 12-06 15:21:23 [model.py:623] Resolved architecture: Llama",
+        "(EngineCore pid=895) INFO 12-06 15:21:44 [core.py:116] Initializing a V1 LLM engine "
+        "(v0.26.0) with config: model='/tmp/m'",
+        "(EngineCore pid=895) INFO 12-06 15:21:48 [model_runner.py:305] Model loading took "
+        "14.96 GiB and 2.157410 seconds",
+        "(EngineCore pid=895) INFO 12-06 15:22:14 [monitor.py:53] torch.compile took 25.50 s in "
+        "total",
+        "(EngineCore pid=895) INFO 12-06 15:22:22 [model_runner.py:747] Graph capturing finished "
+        "in 5 secs, took 0.98 GiB",
+        "(EngineCore pid=895) INFO 12-06 15:22:40 [core.py:340] init engine (profile, create kv "
+        "cache, warmup model) took 51.07 s (compilation: 25.50 s)",
+        "(APIServer pid=707) INFO 12-06 15:22:41 [api_server.py:677] Starting vLLM server on "
+        "http://127.0.0.1:46923",
+    ])
+    facts = engine_facts(log)
+    assert {k: facts[k] for k in ("weights_load_s", "torch_compile_s", "cuda_graphs_s",
+                                  "engine_init_s")} == {
+        "weights_load_s": 2.15741, "torch_compile_s": 25.5, "cuda_graphs_s": 5.0,
+        "engine_init_s": 51.07}
+    assert facts["startup_phases_s"] == {"api_to_engine_core": 44.0, "engine_core_init": 56.0,
+                                         "init_to_serving": 1.0}
+    # A start that never got to serving has no phases (and no made-up ones).
+    assert "startup_phases_s" not in engine_facts(log.rsplit("\n", 1)[0])
+
+
 @pytest.mark.parametrize("line", [
     # Both forms vLLM's model runners have logged (gpu_model_runner.py).
     "(EngineCore pid=9) INFO [gpu_model_runner.py:3110] Model loading took 14.9889 GiB memory "
