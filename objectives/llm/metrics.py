@@ -230,8 +230,8 @@ def request_samples(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:
     """Per-request figures to store with a trial (column-wise, request order; None = failed;
     a ``cut`` column, when some request was cut off, marks those whose figures are lower bounds).
 
-    Kept so that goodput can be recomputed for any SLO after the fact (the study's SLO is not
-    known inside a trial) and so that a trial's distribution can be re-examined later.
+    Kept so that goodput can be recomputed for any SLO after the fact (a trial measures the same
+    whatever the study's SLO) and so that a trial's distribution can be re-examined later.
     """
     cols: dict[str, list[Any]] = {"index": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": [],
                                   "output_tokens": []}

@@ -144,7 +144,7 @@ class TestOpenAITargetOnFakeServer(TargetContract):
 def test_a_vllm_study_stores_per_request_samples_and_slo_goodput(
         fake_vllm: Path, settings: Any) -> None:
     """Through the driver: each trial keeps its per-request figures, and goodput uses the study's
-    SLO as per-request bounds (run() itself never sees the SLO)."""
+    SLO as per-request bounds (run() measures the same whatever the SLO)."""
     from advisor.driver import StudyDriver, StudySpec
     from advisor.objective import Objective
     from knowledge import TrialStatus, TrialStore
