@@ -41,8 +41,12 @@ __all__ = ["CONFIDENCE", "GRACE_S", "MIN_REQUESTS", "SHORTCUTS_ENV", "Exceedance
 #: (windows settled early, higher rates skipped after a miss, client processes carried forward,
 #: warm-up once per server start), e.g. to time a trial with and without them on one machine.
 SHORTCUTS_ENV = "ADVISOR_TRIAL_SHORTCUTS"
-#: The one-sided confidence of the lower bound that settles a miss.
-CONFIDENCE = 0.99
+#: The one-sided confidence of the lower bound that settles a miss. The client looks many times a
+#: window, and every look is another chance to settle a window that would have met; simulated
+#: looks after every arrival (20 to 400 requests, 4,000 windows each) settled a window whose
+#: true exceedance is exactly 1 - Q (its quantile on the bound) as a miss 5 % of the time at
+#: 0.99 and 0.65 % at 0.999, and one at 4 % (p96 on the bound: it meets) 1 % and 0.18 %.
+CONFIDENCE = 0.999
 #: The fewest scheduled requests a miss is settled over.
 MIN_REQUESTS = 20
 #: Seconds the requests in flight may still finish after a miss is settled; then they are cut.

@@ -50,7 +50,7 @@ def test_the_lower_bound_is_the_beta_quantile_of_clopper_pearson(k: int, n: int)
 
 def test_known_values_without_scipy() -> None:
     # k = n: P(X >= n) = p^n, so the bound is (1 - confidence)^(1/n).
-    assert clopper_pearson_lower(20, 20) == pytest.approx(0.01 ** (1 / 20), rel=1e-9)
+    assert clopper_pearson_lower(20, 20) == pytest.approx((1 - CONFIDENCE) ** (1 / 20), rel=1e-9)
     assert clopper_pearson_lower(0, 50) == 0.0
     assert binomial_sf(0, 10, 0.3) == 1.0 and binomial_sf(11, 10, 0.3) == 0.0
     with pytest.raises(ValueError, match="0 <= k <= n"):
