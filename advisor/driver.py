@@ -48,7 +48,7 @@ from advisor.errors import (
 )
 from advisor.failure_gate import PROVENANCE_KEY as _GATE_KEY
 from advisor.failure_gate import FailureGate
-from advisor.isolation import SweepRequest, TrialOutcome, run_isolated
+from advisor.isolation import SKIPPED, SweepRequest, TrialOutcome, run_isolated
 from advisor.optuna_bridge import (
     DASHBOARD_CONSTRAINTS_KEY,
     OptunaBridge,
@@ -784,7 +784,7 @@ class StudyDriver:
                 spec, rec, config, companions,
                 sweep=SweepRequest(swept, _SWEEP_BUDGET_SHARE * self.settings.trial_timeout_s,
                                    str(spec.slo), include_own=bool(role)) if swept else None,
-                fresh_build=fresh_build)
+                fresh_build=fresh_build, repeat=repeat)
         except KeyboardInterrupt:
             self.bridge.tell_failed(ostudy, otrial)
             raise
@@ -797,6 +797,12 @@ class StudyDriver:
         stored = self._record(spec, ostudy, otrial, rec, outcome, details)
         co_details = {**details, "co_measured_with": {"study": spec.name, "trial": otrial.number}}
         for companion, co_outcome in zip(companions, outcome.co_measured, strict=True):
+            if co_outcome.status == SKIPPED:
+                # Nothing was measured: no trial of the companion (a failed one would read as a
+                # config that cannot run); the leading trial's details name it and why.
+                log.info("trial %s not measured for study %s: %s", otrial.number,
+                         companion.spec.name, co_outcome.reason)
+                continue
             self._record_co_measured(companion, space, dict(otrial.params), config, hw,
                                      _with_slo(target, co_outcome, spec.slo), co_details)
         return stored
@@ -858,10 +864,12 @@ class StudyDriver:
 
     def _run_isolated(self, spec: StudySpec, rec: TrialRecord, config: Mapping[str, Any],
                       companions: Sequence[_Companion] = (), *,
-                      sweep: SweepRequest | None = None, fresh_build: bool = False
-                      ) -> TrialOutcome:
+                      sweep: SweepRequest | None = None, fresh_build: bool = False,
+                      repeat: bool = False) -> TrialOutcome:
         """Run the trial's child process, beating the store's heartbeat; an interrupt (Ctrl-C,
-        or SIGTERM turned into one) records the trial as interrupted and propagates."""
+        or SIGTERM turned into one) records the trial as interrupted and propagates. The child
+        sees the study's SLO (a window may stop once its miss is settled), except in a
+        ``repeat`` of a paired comparison, which measures its config exactly as before."""
         last_beat = time.monotonic()
 
         def beat() -> None:
@@ -876,7 +884,7 @@ class StudyDriver:
                 timeout_s=self.settings.trial_timeout_s,
                 memory_limit_mb=self.settings.trial_memory_limit_mb, on_tick=beat,
                 co_workloads=[c.spec.workload for c in companions],
-                sweep=sweep, fresh_build=fresh_build,
+                sweep=sweep, fresh_build=fresh_build, slo=None if repeat else str(spec.slo),
             )
         except KeyboardInterrupt as exc:
             # `advisor tune` turns SIGTERM into KeyboardInterrupt("SIGTERM"); Ctrl-C has no text.
@@ -1027,7 +1035,7 @@ class StudyDriver:
         except AdvisorError as exc:
             return self.store.fail_trial(rec.id or 0, error_type="worker_setup",
                                          error=f"{type(exc).__name__}: {exc}")
-        outcome = self._run_isolated(spec, rec, config)
+        outcome = self._run_isolated(spec, rec, config, repeat=pairing.is_paired(rec))
         return self._store_outcome(spec, rec, _with_slo(target, outcome, spec.slo),
                                    rec.details)
 

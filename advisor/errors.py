@@ -19,6 +19,7 @@ __all__ = [
     "InputError",
     "JobError",
     "NotFoundError",
+    "NotMeasuredError",
     "NotReadyError",
     "SLOParseError",
     "SearchSpaceError",
@@ -83,6 +84,13 @@ class ConfigRejectedError(AdvisorError):
 
 class TrialFailedError(AdvisorError):
     """A trial did not produce a measurement (crash, timeout, OOM, rejection)."""
+
+
+class NotMeasuredError(TrialFailedError):
+    """A later workload of a trial's series was left unmeasured on purpose: what it would show
+    follows from a workload measured before it (an SLO miss at a lower arrival rate on the same
+    engine start). A target returns it in that workload's place; it is not a failure of the
+    config, and no trial is recorded for it."""
 
 
 class InputError(AdvisorError):

@@ -38,17 +38,21 @@ from objectives.measurement import Measurement
 from objectives.processes import die_with_parent, kill_process_group
 from objectives.workload import Workload
 
-__all__ = ["MEMORY_POLL_S", "SweepRequest", "TrialOutcome", "remove_orphaned_scratch",
+__all__ = ["MEMORY_POLL_S", "SKIPPED", "SweepRequest", "TrialOutcome", "remove_orphaned_scratch",
            "run_isolated", "tree_rss_mb"]
 
 _LOG_TAIL_CHARS = 4000
+#: The status of a co-measured workload the target left unmeasured on purpose.
+SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
 class TrialOutcome:
     """What came back from the child: a measurement, or why there is none."""
 
-    status: str  # "complete" or "failed"
+    #: "complete" or "failed"; a co-measured workload may also be "skipped": left unmeasured on
+    #: purpose (the target's reason says why), so no trial is recorded for it.
+    status: str
     measurement: Measurement | None = None
     error_type: str | None = None
     reason: str | None = None
@@ -160,8 +164,8 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
                  on_tick: Callable[[], None] | None = None, tick_s: float = 1.0,
                  env: Mapping[str, str] | None = None,
                  co_workloads: Sequence[Workload] = (),
-                 sweep: SweepRequest | None = None, fresh_build: bool = False
-                 ) -> TrialOutcome:
+                 sweep: SweepRequest | None = None, fresh_build: bool = False,
+                 slo: str | None = None) -> TrialOutcome:
     """Run ``target`` on ``config`` in a child process and return its outcome.
 
     ``co_workloads`` are measured after ``workload`` in the same child with the same config
@@ -170,7 +174,10 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
     its knobs instead (:meth:`Target.run_sweep`), starting no new
     setting after that many seconds; the settings come back in :attr:`TrialOutcome.swept`.
     With ``fresh_build`` the child builds the config anew instead of reusing a cached build
-    (:attr:`Target.reuse_builds`), so the trial measures a build of its own.
+    (:attr:`Target.reuse_builds`), so the trial measures a build of its own. ``slo`` (the
+    study's) reaches the target as :attr:`Target.trial_slo`: a measurement may stop once the
+    trial's miss of it is settled, and a co-measured workload that the miss makes pointless may
+    come back ``skipped``.
 
     ``on_tick`` is called about every ``tick_s`` seconds while the child runs (the driver uses it
     for heartbeats). ``KeyboardInterrupt`` in the parent kills the child before propagating.
@@ -184,6 +191,7 @@ def run_isolated(target: str, config: Mapping[str, Any], workload: Workload, cac
             "target": target, "config": dict(config), "workload": workload.spec,
             "co_workloads": [w.spec for w in co_workloads], "cache_dir": str(cache_dir),
             "sweep": None if sweep is None else sweep.to_json(), "fresh_build": fresh_build,
+            "slo": slo,
         }))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         with log.open("wb") as log_file:
@@ -237,6 +245,8 @@ def _co_outcome(item: Mapping[str, Any]) -> TrialOutcome:
     if item["status"] == "complete":
         m = Measurement.from_dict(item["measurement"])
         return TrialOutcome("complete", m, duration_s=m.duration_s)
+    if item["status"] == SKIPPED:
+        return TrialOutcome(SKIPPED, reason=item["reason"])
     return TrialOutcome("failed", error_type=item["error_type"], reason=item["reason"])
 
 

@@ -1,10 +1,10 @@
 """Child-process entry point of one trial: ``python -m objectives.runner REQUEST RESULT``.
 
 Reads the request (target, config, workload, optional co-measured workloads or a search sweep's
-knobs and time budget, cache dir) as JSON, runs the target, and writes the outcome atomically to
-RESULT. This is the isolation boundary: whatever the engine raises becomes a failed outcome with
-its reason; a hard crash (abort, segfault, OOM kill) leaves no RESULT and the parent reports the
-exit signal and log tail instead.
+knobs and time budget, cache dir, optionally the study's SLO) as JSON, runs the target, and
+writes the outcome atomically to RESULT. This is the isolation boundary: whatever the engine
+raises becomes a failed outcome with its reason; a hard crash (abort, segfault, OOM kill) leaves
+no RESULT and the parent reports the exit signal and log tail instead.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from advisor.errors import AdvisorError, ConfigRejectedError, EngineStartError
+from advisor.errors import AdvisorError, ConfigRejectedError, EngineStartError, NotMeasuredError
+from objectives.measurement import Measurement
 from objectives.registry import get_target
 from objectives.slo import parse_slo
 from objectives.workload import Workload
@@ -56,6 +57,16 @@ def _outcome_for(exc: BaseException) -> dict[str, Any]:
     return {"status": "failed", "error_type": kind, "reason": reason}
 
 
+def _co_outcome_for(result: Measurement | Exception) -> dict[str, Any]:
+    """A co-measured workload's outcome: measured, failed, or ``skipped`` (left unmeasured on
+    purpose, :class:`NotMeasuredError`, with the reason)."""
+    if isinstance(result, NotMeasuredError):
+        return {"status": "skipped", "reason": str(result)}
+    if isinstance(result, Exception):
+        return _outcome_for(result)
+    return {"status": "complete", "measurement": result.to_dict()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
@@ -68,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         target = get_target(request["target"])
         # A rebuild check: the trial measures a build of its own, not one cached by another.
         target.reuse_builds = not request.get("fresh_build", False)
+        # The study's SLO, when the driver passes it: a window may stop once its miss is settled.
+        target.trial_slo = parse_slo(request["slo"]) if request.get("slo") else None
         workloads = [Workload.from_spec(w) for w in
                      [request["workload"], *request.get("co_workloads", [])]]
         cache_dir = Path(request["cache_dir"])
@@ -91,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(first, Exception):
                 raise first
             outcome = {"status": "complete", "measurement": first.to_dict(),
-                       "co_measured": [_outcome_for(r) if isinstance(r, Exception) else
-                                       {"status": "complete", "measurement": r.to_dict()}
-                                       for r in rest]}
+                       "co_measured": [_co_outcome_for(r) for r in rest]}
     except Exception as exc:
         outcome = _outcome_for(exc)
     outcome["duration_s"] = time.perf_counter() - start

@@ -54,6 +54,10 @@ class Target(ABC):
     #: cache). A trial whose build must be its own (a rebuild check) runs with this False; a
     #: target without such a cache ignores it.
     reuse_builds: bool = True
+    #: The study's SLO while a trial runs (the runner sets it when the driver passes it; None for
+    #: every other caller). A target may use it only to stop measuring once the trial's miss is
+    #: settled (objectives/llm/early_stop.py), never to change what a measurement is.
+    trial_slo: SLO | None = None
     #: The kind of workload this target runs (objectives/vocabulary.py): its features, tiers,
     #: audit SLOs and rules of thumb are what the generic layers use for this target.
     workload_kind: ClassVar[str] = "llm-serving"
@@ -177,8 +181,9 @@ class Target(ABC):
         raise NotImplementedError(f"target {self.name!r} sweeps no knobs")
 
     def apply_slo(self, measurement: Measurement, slo: SLO) -> Measurement:
-        """Adjust SLO-dependent metrics after a trial, in the driver's process (``run`` never sees
-        the study's SLO). LLM targets recompute goodput for the SLO's per-request bounds here."""
+        """Adjust SLO-dependent metrics after a trial, in the driver's process (``run`` measures
+        the same whatever the study's SLO). LLM targets recompute goodput for the SLO's
+        per-request bounds here."""
         return measurement
 
     @abstractmethod

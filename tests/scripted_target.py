@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from advisor.errors import ConfigRejectedError, WorkloadError
+from advisor.errors import ConfigRejectedError, NotMeasuredError, WorkloadError
 from objectives.measurement import Measurement
 from objectives.search_sweep import explore, power_ladder
 from objectives.target import ProgressFn, Target
@@ -134,6 +134,8 @@ class ScriptedTarget(Target):
             del blob
         if workload.params.get("fail"):  # a workload this "engine" cannot run
             raise WorkloadError(f"scripted failure of workload {workload.name!r}")
+        if reason := workload.params.get("not_measured"):  # left unmeasured on purpose
+            raise NotMeasuredError(str(reason))
         time.sleep(float(workload.params.get("delay_s", 0.0)))
         metrics = response(config)
         metrics["qps"] *= float(workload.params.get("qps_scale", 1.0))  # a heavier/lighter load
@@ -141,6 +143,8 @@ class ScriptedTarget(Target):
         # A validity label as an LLM target's gate attaches one (knowledge/validity.py).
         if (label := workload.params.get("validity")) is not None:
             details["validity"] = label
+        if workload.params.get("report_slo"):  # the study's SLO as the trial saw it
+            details["trial_slo"] = None if self.trial_slo is None else str(self.trial_slo)
         if (above := workload.params.get("invalid_above_x")) is not None and x > float(above):
             details["validity"] = "client_bound"
         return Measurement(metrics, self.engine_versions(), details)

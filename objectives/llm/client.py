@@ -21,10 +21,11 @@ from typing import Any, Literal
 
 import httpx
 
+from objectives.llm.early_stop import GRACE_S, POLL_S, Settled
 from objectives.llm.models import prompt_text
 from objectives.llm.requests import RequestRecord, RequestSpec
 
-__all__ = ["FAULT_STALL_ENV", "Endpoint", "LoadResult", "fault_stall_s", "run_load",
+__all__ = ["FAULT_STALL_ENV", "Endpoint", "LoadResult", "StopCheck", "fault_stall_s", "run_load",
            "run_load_async", "stream_request"]
 
 Endpoint = Literal["completions", "chat"]
@@ -51,6 +52,10 @@ class LoadResult:
     loop_lag_s: tuple[float, ...] = ()
     #: How many client processes timed the run (see :mod:`objectives.llm.client_pool`).
     processes: int = 1
+    #: When a stop check stopped the run (seconds from time zero); None: it ran to its end.
+    stopped_at_s: float | None = None
+    #: Why it stopped: the SLO miss that was settled (:mod:`objectives.llm.early_stop`).
+    settled: Settled | None = None
 
 
 #: Fault injection for tests of the validity gate: with this environment variable set to N, a
@@ -240,6 +245,11 @@ async def stream_request(client: httpx.AsyncClient, base_url: str, model: str, s
     return record
 
 
+#: The stop check :func:`run_load_async` polls: given every record so far and the seconds since
+#: time zero, True stops the run (see :mod:`objectives.llm.early_stop`).
+StopCheck = Callable[[Sequence[RequestRecord], float], bool]
+
+
 async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSpec], *,
                          max_concurrency: int | None = None, api_key: str | None = None,
                          endpoint: Endpoint = "completions",
@@ -247,7 +257,9 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                          clock: Callable[[], float] = time.perf_counter,
                          transport: httpx.AsyncBaseTransport | None = None,
                          cutoff_s: float | None = None,
-                         start_at: float | None = None, stall_s: float = 0.0) -> LoadResult:
+                         start_at: float | None = None, stall_s: float = 0.0,
+                         stop: StopCheck | None = None, stop_grace_s: float = GRACE_S
+                         ) -> LoadResult:
     """:func:`run_load` for callers already inside an event loop.
 
     ``start_at`` is time zero as a ``clock()`` reading (default: now); the run waits for it. Client
@@ -268,6 +280,9 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
     records = [RequestRecord(index=spec.index, scheduled_s=spec.arrival_s,
                              prompt_len=spec.prompt_len) for spec in requests]
     cutting = False
+    cut_reason = f"cut off at {cutoff_s:g} s, unfinished" if cutoff_s is not None else ""
+    stopping = asyncio.Event()
+    stopped_at: float | None = None
     lag: list[float] = []
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s),
                                  transport=transport, trust_env=False) as client:
@@ -281,10 +296,24 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
         def rel() -> float:
             return clock() - t0
 
+        async def check_stop() -> None:
+            nonlocal stopped_at
+            assert stop is not None
+            while not stop(records, rel()):
+                await asyncio.sleep(POLL_S)
+            stopped_at = rel()
+            stopping.set()
+
+        stopper = asyncio.create_task(check_stop()) if stop is not None else None
+
         async def one(pos: int, spec: RequestSpec) -> None:
             record = records[pos]
             try:
                 async with gate:
+                    if stopping.is_set():  # held back by the cap until the window stopped
+                        record.cut_s = rel()
+                        record.error = "cut off unsent: the window stopped (SLO miss settled)"
+                        return
                     await stream_request(
                         client, base_url, model, spec, scheduled_s=spec.arrival_s, clock=rel,
                         endpoint=endpoint, api_key=api_key, extra_body=extra_body,
@@ -293,33 +322,76 @@ async def run_load_async(base_url: str, model: str, requests: Sequence[RequestSp
                 if not cutting:
                     raise  # the whole run is being cancelled, not cut off
                 record.cut_s = rel()
-                record.error = f"cut off at {cutoff_s:g} s, unfinished"
+                record.error = cut_reason
 
         order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
+        started: list[int] = []
         tasks: list[asyncio.Task[None]] = []
         for pos in order:
             spec = requests[pos]
             # Loop: the event loop may wake a timer up to its clock resolution early.
-            while (delay := spec.arrival_s - rel()) > 0:
-                await asyncio.sleep(delay)
+            while not stopping.is_set() and (delay := spec.arrival_s - rel()) > 0:
+                if stopper is None:
+                    await asyncio.sleep(delay)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), timeout=delay)
+            if stopping.is_set():
+                break  # the window is settled: later arrivals are not sent
+            started.append(pos)
             tasks.append(asyncio.create_task(one(pos, spec)))
-        if cutoff_s is None:
-            await asyncio.gather(*tasks)
+        if stopper is None:
+            if cutoff_s is None:
+                await asyncio.gather(*tasks)
+            else:
+                _, pending = await asyncio.wait(tasks, timeout=max(0.0, cutoff_s - rel()))
+                cutting = True
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*tasks)
         else:
-            _, pending = await asyncio.wait(tasks, timeout=max(0.0, cutoff_s - rel()))
+            await _drain(tasks, stopping, None if cutoff_s is None else cutoff_s - rel())
+            if not stopping.is_set():
+                stopper.cancel()  # (no await since the drain: it cannot stop a finished run)
+            else:
+                grace = stop_grace_s if cutoff_s is None else min(
+                    stop_grace_s, max(0.0, cutoff_s - rel()))
+                if any(not t.done() for t in tasks):
+                    await asyncio.wait(tasks, timeout=grace)
+                cut_reason = (f"cut off {grace:g} s after the SLO miss was settled, "
+                              "unfinished")
             cutting = True
-            for task in pending:
-                task.cancel()
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
             await asyncio.gather(*tasks)
         end = rel()
-        for helper in (watcher, staller):
+        for helper in (watcher, staller, stopper):
             if helper is not None:
                 helper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await helper
-    ends = [r.end_s for r in records if r.end_s is not None]
-    ends += [r.cut_s for r in records if r.cut_s is not None]
-    return LoadResult(records, max(ends) if ends else end, tuple(lag))
+    sent = [records[pos] for pos in sorted(started)]
+    ends = [r.end_s for r in sent if r.end_s is not None]
+    ends += [r.cut_s for r in sent if r.cut_s is not None]
+    return LoadResult(sent, max(ends) if ends else end, tuple(lag), stopped_at_s=stopped_at)
+
+
+async def _drain(tasks: Sequence[asyncio.Task[None]], stopping: asyncio.Event,
+                 timeout_s: float | None) -> None:
+    """Wait until every task is done, ``stopping`` is set or ``timeout_s`` has passed."""
+    if not tasks or stopping.is_set():
+        return
+    everything = asyncio.ensure_future(asyncio.wait(tasks))
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({everything, stopped}, return_when=asyncio.FIRST_COMPLETED,
+                           timeout=None if timeout_s is None else max(0.0, timeout_s))
+    finally:
+        for waiter in (everything, stopped):
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
 
 
 def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
@@ -328,7 +400,8 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
              timeout_s: float = 600.0, clock: Callable[[], float] = time.perf_counter,
              transport: httpx.AsyncBaseTransport | None = None,
              cutoff_s: float | None = None, start_at: float | None = None,
-             stall_s: float = 0.0) -> LoadResult:
+             stall_s: float = 0.0, stop: StopCheck | None = None,
+             stop_grace_s: float = GRACE_S) -> LoadResult:
     """Replay ``requests`` against ``{base_url}/v1/...`` and time every response.
 
     Time zero is the start of the run; request i is sent at ``arrival_s`` (or later, when
@@ -343,8 +416,15 @@ def run_load(base_url: str, model: str, requests: Sequence[RequestSpec], *,
     stream; :func:`objectives.llm.client_pool.run_load_sharded` spreads a heavy load over several.
     ``stall_s`` > 0 blocks the loop that long every 20 ms (fault injection, see
     :data:`FAULT_STALL_ENV`).
+
+    ``stop`` is polled every 50 ms with the records so far and the seconds since time zero; once
+    it answers True, no further request is sent (nor is one held back by the cap), those in
+    flight may finish for ``stop_grace_s`` and are then cut (``cut_s`` set, as at the drain
+    limit), and the run ends: ``stopped_at_s`` says when, and ``records`` holds only the
+    requests whose arrival came before it (:mod:`objectives.llm.early_stop`).
     """
     return asyncio.run(run_load_async(
         base_url, model, requests, max_concurrency=max_concurrency, api_key=api_key,
         endpoint=endpoint, extra_body=extra_body, timeout_s=timeout_s, clock=clock,
-        transport=transport, cutoff_s=cutoff_s, start_at=start_at, stall_s=stall_s))
+        transport=transport, cutoff_s=cutoff_s, start_at=start_at, stall_s=stall_s,
+        stop=stop, stop_grace_s=stop_grace_s))

@@ -17,16 +17,18 @@ how many workers a load needs from the tokens/s it will stream.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
 import queue
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from objectives.llm.client import Endpoint, LoadResult, fault_stall_s, run_load, run_load_async
+from objectives.llm.early_stop import POLL_S, LocalJudge, MissWatch, Settled, ShardReport
 from objectives.llm.requests import RequestRecord, RequestSpec
 from objectives.processes import die_with_parent
 
@@ -82,7 +84,7 @@ def _split_cap(cap: int | None, processes: int) -> list[int | None]:
 
 
 def _worker(index: int, requests: list[RequestSpec], kwargs: dict[str, Any],
-            ready: Any, start: Any, results: Any) -> None:
+            ready: Any, start: Any, results: Any, stop: ShardReport | None = None) -> None:
     """One client process: report ready, wait for time zero, run its share, send the result."""
     import asyncio
 
@@ -90,7 +92,8 @@ def _worker(index: int, requests: list[RequestSpec], kwargs: dict[str, Any],
     try:
         ready.put(index)
         start_at = start.get(timeout=READY_TIMEOUT_S * 2)
-        result = asyncio.run(run_load_async(requests=requests, start_at=start_at, **kwargs))
+        result = asyncio.run(run_load_async(requests=requests, start_at=start_at, stop=stop,
+                                            **kwargs))
         results.put((index, result, None))
     except BaseException:  # everything goes back to the parent, which raises
         results.put((index, None, traceback.format_exc()))
@@ -100,7 +103,8 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
                      processes: int, max_concurrency: int | None = None,
                      api_key: str | None = None, endpoint: Endpoint = "completions",
                      extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
-                     cutoff_s: float | None = None) -> LoadResult:
+                     cutoff_s: float | None = None, watch: MissWatch | None = None
+                     ) -> LoadResult:
     """:func:`objectives.llm.client.run_load` over ``processes`` worker processes.
 
     The same contract: records in request order, times relative to one time zero,
@@ -108,6 +112,11 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     ``processes`` says how many ran: never more than the requests or the concurrency slots, and
     a single one runs in this process. A worker that crashes raises ``RuntimeError`` with its
     traceback.
+
+    With a ``watch`` (:mod:`objectives.llm.early_stop`) the run stops once it settles an SLO
+    miss: every worker writes its share's counts of known exceedances into shared memory, this
+    process judges their sum every 50 ms and sets one stop event they all poll. ``settled``
+    then says which bound, when, and how many requests were sent.
     """
     if processes < 1:
         raise ValueError(f"`processes >= 1` must hold, but got {processes=}")
@@ -115,23 +124,34 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
         raise ValueError(f"`max_concurrency >= 1` must hold, but got {max_concurrency=}")
     processes = min(processes, max(1, len(requests)),
                     max_concurrency if max_concurrency is not None else processes)
+    if watch is not None and not watch.bounds:
+        watch = None
     if processes == 1:
-        return run_load(base_url, model, requests, max_concurrency=max_concurrency,
-                        api_key=api_key, endpoint=endpoint, extra_body=extra_body,
-                        timeout_s=timeout_s, cutoff_s=cutoff_s, stall_s=fault_stall_s())
+        judge = LocalJudge(watch) if watch is not None else None
+        result = run_load(base_url, model, requests, max_concurrency=max_concurrency,
+                          api_key=api_key, endpoint=endpoint, extra_body=extra_body,
+                          timeout_s=timeout_s, cutoff_s=cutoff_s, stall_s=fault_stall_s(),
+                          stop=judge)
+        return _with_settled(result, judge.settled if judge is not None else None)
     shares = shard_requests(requests, processes)
     caps = _split_cap(max_concurrency, processes)
     ctx = multiprocessing.get_context("spawn")  # no fork: the driver may hold threads and sockets
     ready, start, results = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    counts: Any = None
+    stop: Any = None
+    if watch is not None:
+        counts, stop = ctx.RawArray("q", processes * len(watch.bounds)), ctx.Event()
     workers = []
     for k, share in enumerate(shares):
         kwargs = {"base_url": base_url, "model": model, "max_concurrency": caps[k],
                   "api_key": api_key, "endpoint": endpoint,
                   "extra_body": dict(extra_body) if extra_body is not None else None,
                   "timeout_s": timeout_s, "cutoff_s": cutoff_s}
+        report = (ShardReport(watch.bounds, counts, k, stop) if watch is not None else None)
         workers.append(ctx.Process(target=_worker, name=f"load-client-{k}", daemon=True,
                                    args=(k, [spec for _, spec in share], kwargs, ready, start,
-                                         results)))
+                                         results, report)))
+    settled: Settled | None = None
     try:
         for worker in workers:
             worker.start()
@@ -142,7 +162,18 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
         last_arrival = max((r.arrival_s for r in requests), default=0.0)
         deadline = time.monotonic() + (cutoff_s if cutoff_s is not None
                                        else last_arrival + timeout_s) + READY_TIMEOUT_S
-        outcomes = _collect(results, workers, deadline)
+        tick = None
+        if watch is not None:
+            def tick() -> None:
+                nonlocal settled
+                if settled is not None:
+                    return
+                n = len(watch.bounds)
+                sums = [sum(counts[k * n + j] for k in range(processes)) for j in range(n)]
+                settled = watch.judge(sums, time.perf_counter() - start_at)
+                if settled is not None:
+                    stop.set()
+        outcomes = _collect(results, workers, deadline, tick)
     finally:
         for worker in workers:
             if worker.is_alive():
@@ -151,14 +182,32 @@ def run_load_sharded(base_url: str, model: str, requests: Sequence[RequestSpec],
     records: list[RequestRecord | None] = [None] * len(requests)
     lag: list[float] = []
     duration = 0.0
+    stopped: list[float] = []
     for k, share in enumerate(shares):
         result = outcomes[k]
-        for (pos, _), record in zip(share, result.records, strict=True):
-            records[pos] = record
+        if len(result.records) == len(share):
+            for (pos, _), record in zip(share, result.records, strict=True):
+                records[pos] = record
+        else:  # a stopped worker returns the requests it started only
+            where = {spec.index: pos for pos, spec in share}
+            for record in result.records:
+                records[where[record.index]] = record
         lag.extend(result.loop_lag_s)
         duration = max(duration, result.duration_s)
-    assert all(r is not None for r in records)
-    return LoadResult([r for r in records if r is not None], duration, tuple(lag), processes)
+        if result.stopped_at_s is not None:
+            stopped.append(result.stopped_at_s)
+    merged = LoadResult([r for r in records if r is not None], duration, tuple(lag), processes,
+                        stopped_at_s=min(stopped, default=None))
+    return _with_settled(merged, settled)
+
+
+def _with_settled(result: LoadResult, settled: Settled | None) -> LoadResult:
+    """``result`` with the miss that stopped it, and how many requests were sent in all; a
+    miss judged only after every worker had finished stopped nothing and is left out."""
+    if settled is None or result.stopped_at_s is None:
+        return result
+    sent = sum(1 for r in result.records if r.sent_s is not None)
+    return dataclasses.replace(result, settled=dataclasses.replace(settled, sent=sent))
 
 
 def _wait_ready(ready: Any, workers: Sequence[Any]) -> None:
@@ -176,11 +225,15 @@ def _wait_ready(ready: Any, workers: Sequence[Any]) -> None:
                 raise RuntimeError(f"the load client could not start: {why}") from None
 
 
-def _collect(results: Any, workers: Sequence[Any], deadline: float) -> dict[int, LoadResult]:
+def _collect(results: Any, workers: Sequence[Any], deadline: float,
+             tick: Callable[[], None] | None = None) -> dict[int, LoadResult]:
+    """Every worker's result; ``tick`` (if any) is called every :data:`POLL_S` meanwhile."""
     outcomes: dict[int, LoadResult] = {}
     while len(outcomes) < len(workers):
         try:
-            index, result, error = results.get(timeout=1.0)
+            if tick is not None:
+                tick()
+            index, result, error = results.get(timeout=POLL_S if tick is not None else 1.0)
         except queue.Empty:
             gone = [w for k, w in enumerate(workers)
                     if k not in outcomes and w.exitcode is not None]

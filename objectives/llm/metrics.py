@@ -51,6 +51,7 @@ __all__ = [
     "cut_lower_bounds",
     "goodput_bounds_from_slo",
     "goodput_from_samples",
+    "latency_percentile",
     "per_request",
     "request_samples",
     "summarize",
@@ -60,7 +61,7 @@ __all__ = [
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 #: The per-request bounds goodput understands, in milliseconds.
 GOODPUT_KEYS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
-_LATENCY_METRIC = re.compile(r"^(?P<family>ttft|tpot|e2e)_(?:p\d+|mean)_ms$")
+_LATENCY_METRIC = re.compile(r"^(?P<family>ttft|tpot|e2e)_(?:p(?P<percentile>\d+)|mean)_ms$")
 _MAX_REASONS = 3
 
 
@@ -197,6 +198,16 @@ def cut_lower_bounds(record: RequestRecord) -> tuple[float, float]:
     return first - record.scheduled_s, record.cut_s - record.scheduled_s
 
 
+def latency_percentile(metric: str) -> tuple[str, float] | None:
+    """The per-request latency (a key of :data:`GOODPUT_KEYS`) and quantile (0.95 for ``p95``)
+    that a percentile metric such as ``ttft_p95_ms`` summarizes; None for any other metric (a
+    mean, ITL, whose gaps are pooled over requests, or a non-latency metric)."""
+    match = _LATENCY_METRIC.match(metric)
+    if match is None or match["percentile"] is None:
+        return None
+    return f"{match['family']}_ms", int(match["percentile"]) / 100
+
+
 def goodput_bounds_from_slo(slo: SLO) -> dict[str, float]:
     """Per-request goodput thresholds (ms) implied by an SLO's upper bounds on latency metrics.
 
@@ -219,8 +230,8 @@ def request_samples(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:
     """Per-request figures to store with a trial (column-wise, request order; None = failed;
     a ``cut`` column, when some request was cut off, marks those whose figures are lower bounds).
 
-    Kept so that goodput can be recomputed for any SLO after the fact (the study's SLO is not
-    known inside a trial) and so that a trial's distribution can be re-examined later.
+    Kept so that goodput can be recomputed for any SLO after the fact (a trial measures the same
+    whatever the study's SLO) and so that a trial's distribution can be re-examined later.
     """
     cols: dict[str, list[Any]] = {"index": [], "ttft_ms": [], "tpot_ms": [], "e2e_ms": [],
                                   "output_tokens": []}

@@ -40,6 +40,7 @@ import psutil
 from advisor.errors import EngineStartError, WorkloadError
 from objectives.llm.client import LoadResult, run_load
 from objectives.llm.client_pool import auto_processes, process_ceiling, run_load_sharded
+from objectives.llm.early_stop import MissBound, MissWatch
 from objectives.llm.metrics import request_samples, summarize
 from objectives.llm.models import MODEL_SHAPES, model_config, tokenizer_dir, write_model_dir
 from objectives.llm.requests import RequestSpec
@@ -556,10 +557,13 @@ def measure_window(base_url: str, served_model: str, requests: Sequence[RequestS
                    processes: int, cap: int | None, cutoff_s: float | None,
                    vocabulary: MetricVocabulary | None, api_key: str | None = None,
                    extra_body: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
-                   tolerance: Tolerance | None = None) -> MeasuredWindow:
+                   tolerance: Tolerance | None = None,
+                   miss_bounds: Sequence[MissBound] = ()) -> MeasuredWindow:
     """Replay ``requests`` once in ``processes`` client processes and check it against the
     server: empty its prefix cache (the same prompts must not be served from an earlier replay),
-    scrape its metrics, sample its queue gauges during the run, scrape again, judge."""
+    scrape its metrics, sample its queue gauges during the run, scrape again, judge. The replay
+    stops early once it settles a miss of one of ``miss_bounds``
+    (:mod:`objectives.llm.early_stop`)."""
     cache_reset = False
     before: Snapshot | None = None
     why_not = "the target declares no server metrics"
@@ -574,7 +578,8 @@ def measure_window(base_url: str, served_model: str, requests: Sequence[RequestS
     with sampler:
         load = run_load_sharded(base_url, served_model, requests, processes=processes,
                                 max_concurrency=cap, api_key=api_key, extra_body=extra_body,
-                                timeout_s=timeout_s, cutoff_s=cutoff_s)
+                                timeout_s=timeout_s, cutoff_s=cutoff_s,
+                                watch=MissWatch(miss_bounds, requests) if miss_bounds else None)
     server: dict[str, Any] = {"available": False, "reason": why_not}
     if vocabulary is not None and before is not None:
         time.sleep(SETTLE_S)
@@ -596,9 +601,12 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
                      timeout_s: float = 600.0, client_processes: int | None = None,
                      vocabulary: MetricVocabulary | None = None,
                      max_client_processes: int | None = None,
-                     tolerance: Tolerance | None = None
+                     tolerance: Tolerance | None = None, warmup: bool = True,
+                     min_client_processes: int | None = None,
+                     miss_bounds: Sequence[MissBound] = ()
                      ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Send the warm-up requests (not measured), then replay the workload, check it against the
+    """Send the warm-up requests (not measured; none with ``warmup`` False, when an earlier
+    window already warmed this server up), then replay the workload, check it against the
     server's own metrics and summarize it.
 
     The measured replay runs in ``client_processes`` client processes (None: as many as the
@@ -612,9 +620,13 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
 
     ``concurrency`` caps requests in flight (default: the workload's own cap); ``rate_scale``
     multiplies the arrival rate (arrival times are divided by it). Goodput is summarized without
-    per-request bounds (it then equals ``requests_per_s``): a target's ``run`` does not see the
-    study's SLO, so the per-request samples go into the details and the driver recomputes goodput
-    through ``Target.apply_slo``. Returns the metrics and the facts worth recording with them.
+    per-request bounds (it then equals ``requests_per_s``): the per-request samples go into the
+    details and the driver recomputes goodput for the study's SLO through ``Target.apply_slo``.
+    ``min_client_processes`` is the fewest processes the replay starts with (an earlier window of
+    the same series found fewer client-bound). With ``miss_bounds`` (the study's SLO bounds the
+    window can settle) a replay stops once their miss is settled; ``settled`` in the details
+    says which bound, when and over how many requests, and the metrics cover what was measured.
+    Returns the metrics and the facts worth recording with them.
     """
     if not rate_scale > 0:
         raise ValueError(f"`rate_scale > 0` must hold, but got {rate_scale=}")
@@ -623,19 +635,23 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
     if rate_scale != 1.0:
         requests = [_rescaled(r, rate_scale) for r in requests]
     warmup_failed = 0
-    if workload.warmup:
+    warmup_sent = len(workload.warmup) if warmup else 0
+    if warmup and workload.warmup:
         warm = run_load(base_url, served_model, workload.warmup, max_concurrency=cap,
                         api_key=api_key, extra_body=extra_body, timeout_s=timeout_s)
         warmup_failed = sum(1 for r in warm.records if not r.ok)
     processes = client_processes if client_processes is not None else auto_processes(requests)
     ceiling = max(processes, max_client_processes if max_client_processes is not None
                   else process_ceiling())
+    if min_client_processes is not None:
+        processes = max(processes, min(min_client_processes, ceiling))
     cutoff = drain_cutoff_s(workload.spec, requests)
     attempts: list[MeasuredWindow] = []
     while True:
         window = measure_window(base_url, served_model, requests, processes=processes, cap=cap,
                                 cutoff_s=cutoff, vocabulary=vocabulary, api_key=api_key,
-                                extra_body=extra_body, timeout_s=timeout_s, tolerance=tolerance)
+                                extra_body=extra_body, timeout_s=timeout_s, tolerance=tolerance,
+                                miss_bounds=miss_bounds)
         attempts.append(window)
         if window.verdict.validity != CLIENT_BOUND or processes >= ceiling:
             break
@@ -649,7 +665,7 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
     failures = [r.error for r in load.records if r.error is not None and r.cut_s is None]
     details: dict[str, Any] = {
         "requests": request_samples(load.records),
-        "n_requests": len(requests), "warmup_requests": len(workload.warmup),
+        "n_requests": len(requests), "warmup_requests": warmup_sent,
         "warmup_failed": warmup_failed, "max_concurrency": cap, "rate_scale": rate_scale,
         "load_duration_s": load.duration_s, "drain_limit_s": workload.spec.drain_limit_s,
         "client_processes": load.processes, **_loop_lag_details(load.loop_lag_s),
@@ -663,6 +679,8 @@ def measure_endpoint(base_url: str, served_model: str, workload: ServingWorkload
     }
     if failures:
         details["first_request_errors"] = failures[:3]
+    if load.settled is not None:
+        details["settled"] = load.settled.to_dict()
     return metrics, details
 
 

@@ -17,6 +17,7 @@ defaults. A target that measures a server it does not start (openai) overrides
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -33,8 +34,10 @@ from advisor.errors import (
     ConfigRejectedError,
     EngineStartError,
     EngineUnavailableError,
+    NotMeasuredError,
     WorkloadError,
 )
+from objectives.llm.early_stop import MissBound, miss_bounds, shortcuts_enabled
 from objectives.llm.engine_cache import engine_cache_env
 from objectives.llm.metrics import GoodputFromSLO
 from objectives.llm.reference import ReferenceHarness
@@ -57,15 +60,19 @@ from objectives.llm.server import (
     root_cause,
 )
 from objectives.llm.server_metrics import MetricVocabulary
-from objectives.llm.workload import KIND, PRESETS, load_preset
+from objectives.llm.validity import FRONTEND_DELAY, UNCHECKED, VALID
+from objectives.llm.workload import KIND, PRESETS, LLMWorkloadSpec, load_preset
 from objectives.measurement import Measurement
 from objectives.metrics import LLM_SERVING
 from objectives.target import ProgressFn, Target
 from objectives.workload import Workload, canonical_json
 from search_spaces import SearchSpace, load_space
 
-__all__ = ["EngineServer", "RunningServer", "ServingTarget", "shared_space", "validation_errors"]
+__all__ = ["EngineServer", "RunningServer", "ServingTarget", "WindowPlan", "shared_space",
+           "validation_errors"]
 
+#: Validity labels of a window whose latencies are the server's (objectives/llm/validity.py).
+_TRUSTED = frozenset({VALID, UNCHECKED, FRONTEND_DELAY})
 _VALIDATION_ERROR = re.compile(r"^.*\d+ validation errors? for \w+.*$", re.MULTILINE)
 
 
@@ -139,6 +146,21 @@ class EngineServer:
         return command
 
 
+@dataclass(frozen=True)
+class WindowPlan:
+    """How :meth:`ServingTarget.measure` runs the next window on a :class:`RunningServer`:
+    :meth:`ServingTarget.run_series` sets one per workload; any other caller keeps the default
+    (warm-up first, the client processes the load needs, no early stop)."""
+
+    #: Send the workload's warm-up requests first (only the first window of a server start
+    #: needs them while trial shortcuts are on).
+    warmup: bool = True
+    #: The fewest client processes to start with (an earlier window found fewer client-bound).
+    min_client_processes: int | None = None
+    #: The study's SLO bounds the window may settle as missed (objectives/llm/early_stop.py).
+    miss_bounds: tuple[MissBound, ...] = ()
+
+
 @dataclass
 class RunningServer:
     """A server :meth:`ServingTarget.serve` started and keeps up: where it listens, its process,
@@ -151,6 +173,7 @@ class RunningServer:
     label: str
     facts: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    plan: WindowPlan = field(default_factory=WindowPlan)
 
     def check_alive(self, what: str) -> None:
         """Raise :class:`EngineStartError` when the server has exited before ``what`` ran."""
@@ -241,17 +264,40 @@ class ServingTarget(GoodputFromSLO, Target):
         """Start the server once with ``config`` and measure each workload against it in turn.
 
         Every workload must run the first one's model within its context length (the server is
-        started for the first). Each measurement sends its own warm-up requests first; the
-        start-up time is recorded with each, as ``startup_s``, with ``series_index``.
+        started for the first). The start-up time is recorded with each measurement, as
+        ``startup_s``, with ``series_index``.
+
+        Trial shortcuts (on unless ``ADVISOR_TRIAL_SHORTCUTS=0``, objectives/llm/early_stop.py):
+        only the first window sends warm-up requests (later ones record ``warmup_requests`` 0);
+        a window the validity gate re-measured with more client processes makes the later ones
+        start with at least as many; with the study's SLO (:attr:`Target.trial_slo`) a window
+        stops once its miss is settled, and once a window missed a latency-percentile bound, a
+        later workload that differs from it only by a higher arrival rate is not measured (on
+        the same engine, latency does not improve with more load): it comes back as a
+        :class:`NotMeasuredError` with the reason, and the first measurement's details list it
+        under ``not_measured``.
         """
         if not workloads:
             raise ValueError("run_series needs at least one workload")
         started = time.perf_counter()
         series = self.load_series(workloads, cache_dir)
+        shortcuts = shortcuts_enabled()
+        bounds = miss_bounds(self.trial_slo) if shortcuts else ()
+        misses: list[tuple[int, str]] = []  # (series index, metric) of windows that missed
+        skipped: list[dict[str, Any]] = []
+        floor: int | None = None
         measured: list[tuple[dict[str, float], dict[str, Any], float] | Exception] = []
         with self.serve(config, series[0], cache_dir) as running:
             for index, one in enumerate(series):
                 began = started if index == 0 else time.perf_counter()
+                reason = _implied_miss(series, index, misses) if shortcuts else None
+                if reason is not None:
+                    measured.append(NotMeasuredError(reason))
+                    skipped.append({"workload": workloads[index].name, "series_index": index,
+                                    "reason": reason})
+                    continue
+                running.plan = WindowPlan(warmup=index == 0 or not shortcuts,
+                                          min_client_processes=floor, miss_bounds=bounds)
                 try:
                     running.check_alive(workloads[index].name)
                     metrics, details = self.measure(running, one)
@@ -261,6 +307,10 @@ class ServingTarget(GoodputFromSLO, Target):
                     measured.append(exc)  # a later workload fails alone; keep the rest
                     continue
                 measured.append((metrics, details, time.perf_counter() - began))
+                if shortcuts and len(details.get("validity_attempts", ())) > 1:
+                    floor = max(floor or 1, int(details["client_processes"]))
+                if (missed := _missed_bound(bounds, metrics, details)) is not None:
+                    misses.append((index, missed))
         common = running.facts
         if len(series) > 1:
             common["series"] = [w.name for w in workloads]
@@ -273,6 +323,8 @@ class ServingTarget(GoodputFromSLO, Target):
             details.update(common)
             if len(series) > 1:
                 details["series_index"] = index
+            if index == 0 and skipped:
+                details["not_measured"] = skipped
             results.append(Measurement(metrics=metrics, engine_versions=running.versions,
                                        details=details, duration_s=duration_s))
         return results
@@ -296,14 +348,16 @@ class ServingTarget(GoodputFromSLO, Target):
 
     def measure(self, running: RunningServer, served: ServingWorkload
                 ) -> tuple[dict[str, float], dict[str, Any]]:
-        """Measure ``served`` on ``running`` (warm-up, replay, server check, gate), recording the
-        engine's peak GPU memory when it can be read."""
+        """Measure ``served`` on ``running`` as its :class:`WindowPlan` says (warm-up, replay,
+        server check, gate), recording the engine's peak GPU memory when it can be read."""
+        plan = running.plan
         metrics, details = measure_endpoint(
             running.base_url, self.served_model_name(served), served,
             extra_body={"ignore_eos": True},
             client_processes=client_processes_param(served.target_params),
             max_client_processes=client_processes_max_param(served.target_params),
-            vocabulary=self.server_metrics)
+            vocabulary=self.server_metrics, warmup=plan.warmup,
+            min_client_processes=plan.min_client_processes, miss_bounds=plan.miss_bounds)
         peak = gpu_memory_mb(process_tree(running.server.pid or 0))
         if peak is not None:
             metrics["peak_memory_mb"] = peak
@@ -442,3 +496,42 @@ class ServingTarget(GoodputFromSLO, Target):
         model = describe_model(spec.model)
         return model, _context_length(canonical_json(workload.params),
                                       frozenset(self.target_params), model)
+
+
+def _missed_bound(bounds: Sequence[MissBound], metrics: Mapping[str, float],
+                  details: Mapping[str, Any]) -> str | None:
+    """The first of ``bounds`` a usable window missed (settled early, or measured whole), else
+    None; a window the validity gate did not trust tells nothing about the server."""
+    if not bounds or details.get("validity") not in _TRUSTED:
+        return None
+    if (settled := details.get("settled")) is not None:
+        return str(settled["metric"])
+    for bound in bounds:
+        value = metrics.get(bound.metric)
+        if value is not None and value > bound.threshold_s * 1e3:
+            return bound.metric
+    return None
+
+
+def _implied_miss(series: Sequence[ServingWorkload], index: int,
+                  misses: Sequence[tuple[int, str]]) -> str | None:
+    """Why workload ``index`` of ``series`` need not be measured: an earlier window that missed
+    a latency bound ran the same workload at a lower arrival rate (None: nothing implies it)."""
+    spec = series[index].spec
+    rate = spec.arrival.rate_rps
+    if rate is None:
+        return None
+    for earlier, metric in misses:
+        other = series[earlier].spec
+        lower = other.arrival.rate_rps
+        if lower is not None and lower < rate and _rate_free(other) == _rate_free(spec):
+            return (f"not measured: {metric} missed the SLO at {lower:g} req/s on the same "
+                    "engine start, and latency does not improve at a higher rate")
+    return None
+
+
+def _rate_free(spec: LLMWorkloadSpec) -> LLMWorkloadSpec:
+    """``spec`` without what a change of arrival rate changes (the rate, the request count that
+    keeps the window's length, the seed that keeps prompts apart)."""
+    return dataclasses.replace(spec, n_requests=0, seed=0,
+                               arrival=dataclasses.replace(spec.arrival, rate_rps=None))

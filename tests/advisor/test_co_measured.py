@@ -108,3 +108,31 @@ def test_names_must_be_new_and_distinct(settings: Settings) -> None:
     with pytest.raises(StudyError, match="'taken' already exists"):
         StudyDriver(store, settings).run(_spec("new", 1, ("taken", {})))
     assert store.get_study("new") is None  # nothing half-created
+
+
+def test_a_co_measured_workload_left_unmeasured_records_no_trial(settings: Settings) -> None:
+    # The target leaves the companion unmeasured on purpose (a serving target does once a lower
+    # rate missed the SLO on the same engine start): no trial of it, failed or measured.
+    store = TrialStore(settings.db_url)
+    why = "not measured: ttft_p95_ms missed the SLO at 5 req/s on the same engine start"
+    result = StudyDriver(store, settings).run(
+        _spec("lean", 3, ("lean@2x", {"not_measured": why}), ("lean@half", {"qps_scale": 0.5})))
+    assert len(result.trials) == 3
+    skipped, kept = result.co_measured
+    assert skipped.trials == [] and skipped.study.status == "finished"
+    assert [t.status for t in kept.trials] == [t.status for t in result.trials]
+
+
+def test_trials_see_the_studys_slo_and_paired_repeats_do_not(settings: Settings) -> None:
+    store = TrialStore(settings.db_url)
+    spec = StudySpec(
+        name="seen", target="scripted", slo=parse_slo(SLO),
+        objective=Objective.parse("maximize:qps"),
+        workload=Workload("scripted", "base", {"delay_s": 0.0, "report_slo": True}), n_trials=4,
+        seed=0, sampler="random", paired_repeats=3)
+    result = StudyDriver(store, settings).run(spec)
+    measured = [t for t in result.trials if t.status == TrialStatus.COMPLETE]
+    search = [t for t in measured if not str(t.details.get("role", "")).startswith("paired-")]
+    repeats = [t for t in measured if str(t.details.get("role", "")).startswith("paired-")]
+    assert search and all(t.details["trial_slo"] == str(parse_slo(SLO)) for t in search)
+    assert repeats and all(t.details["trial_slo"] is None for t in repeats)

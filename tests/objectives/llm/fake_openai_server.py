@@ -10,7 +10,8 @@ With ``$FAKE_SERVER_CRASH`` set it fails at start-up the way vLLM's engine core 
 ``GET /metrics`` serves vLLM 0.26's Prometheus series with vLLM's own bucket bounds, observed
 from the server's side of each request (from its arrival to the write of its first / last chunk),
 so the validity gate can be tested against a server's own truth. ``POST /reset_prefix_cache``
-answers 200. ``$FAKE_SERVER_TOKEN_DELAY_S`` sets the pause between chunks (default 1 ms);
+answers 200. ``$FAKE_SERVER_TOKEN_DELAY_S`` sets the pause between chunks (default 1 ms),
+``$FAKE_SERVER_FIRST_TOKEN_DELAY_S`` one before the first chunk (default none: a slow prefill);
 ``$FAKE_SERVER_NO_METRICS`` makes ``/metrics`` answer 404, as an endpoint without metrics does.
 ``$FAKE_SERVER_REFUSE`` answers every completion with HTTP 400 and that message, as vLLM refuses
 prompts its tokenizer reads as empty ("The decoder prompt cannot be empty").
@@ -137,6 +138,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             Metrics.running += 1
         times = []
         try:
+            time.sleep(float(os.environ.get("FAKE_SERVER_FIRST_TOKEN_DELAY_S", "0")))
             for i in range(n):
                 chunk = {"choices": [{"index": 0, "text": f"t{3 + i} "}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())

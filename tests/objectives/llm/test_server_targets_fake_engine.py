@@ -18,6 +18,7 @@ import pytest
 from advisor.errors import WorkloadError
 from advisor.isolation import run_isolated
 from advisor.testing import TargetContract
+from objectives.llm.early_stop import SHORTCUTS_ENV
 from objectives.llm.server import ManagedServer, free_port
 from objectives.llm.workload import at_rate, load_preset
 from objectives.target import Target
@@ -43,6 +44,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     record = tmp_path / "requests.jsonl"
     monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
     monkeypatch.setenv("FAKE_SERVER_RECORD", str(record))
+    monkeypatch.delenv(SHORTCUTS_ENV, raising=False)  # the trial shortcuts are on by default
     return record
 
 
@@ -142,7 +144,7 @@ class TestOpenAITargetOnFakeServer(TargetContract):
 def test_a_vllm_study_stores_per_request_samples_and_slo_goodput(
         fake_vllm: Path, settings: Any) -> None:
     """Through the driver: each trial keeps its per-request figures, and goodput uses the study's
-    SLO as per-request bounds (run() itself never sees the SLO)."""
+    SLO as per-request bounds (run() measures the same whatever the SLO)."""
     from advisor.driver import StudyDriver, StudySpec
     from advisor.objective import Objective
     from knowledge import TrialStatus, TrialStore
@@ -180,7 +182,8 @@ def test_vllm_series_measures_every_workload_on_one_server_start(fake_vllm: Path
     assert (first.details["n_requests"], second.details["n_requests"]) == (6, 12)
     assert first.metrics["failed_requests"] == second.metrics["failed_requests"] == 0
     bodies = [json.loads(line)["body"] for line in fake_vllm.read_text().splitlines()]
-    assert len(bodies) == 2 + 6 + 2 + 12  # each measurement sends its own warm-up first
+    assert len(bodies) == 2 + 6 + 12  # one warm-up per server start, before its first window
+    assert (first.details["warmup_requests"], second.details["warmup_requests"]) == (2, 0)
 
 
 def test_vllm_series_refuses_workloads_that_need_another_server(fake_vllm: Path,
