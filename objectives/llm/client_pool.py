@@ -32,12 +32,18 @@ from objectives.llm.early_stop import POLL_S, LocalJudge, MissWatch, Settled, Sh
 from objectives.llm.requests import RequestRecord, RequestSpec
 from objectives.processes import die_with_parent
 
-__all__ = ["STREAMED_TOKENS_PER_PROCESS", "auto_processes", "process_ceiling",
-           "run_load_sharded", "shard_requests"]
+__all__ = ["STREAMED_TOKENS_PER_PROCESS", "TOKENS_PER_PROCESS_ENV", "auto_processes",
+           "process_ceiling", "run_load_sharded", "shard_requests", "tokens_per_process"]
 
 #: Streamed output tokens/s one client process times without falling behind, with margin: one
-#: process kept up at ~11,000 tokens/s and fell behind at ~12,600 on the H200's host CPU.
-STREAMED_TOKENS_PER_PROCESS = 4000.0
+#: process kept up at ~11,000 tokens/s and fell behind at ~12,600 on the H200's host CPU, but on
+#: the H100's host (2026-12-07, 8B `chat`) two processes at ~3,450 tokens/s each were found
+#: client-bound by the validity gate in both trials (measured again with 4), two at ~2,300 each
+#: were not. A process too few costs a whole window measured twice; one too many costs nothing.
+STREAMED_TOKENS_PER_PROCESS = 2000.0
+#: Environment variable overriding :data:`STREAMED_TOKENS_PER_PROCESS` for this host (a client
+#: process keeps up with more on a fast CPU, fewer on a slow one), a number > 0.
+TOKENS_PER_PROCESS_ENV = "ADVISOR_CLIENT_TOKENS_PER_PROCESS"
 #: The most client processes :func:`auto_processes` picks.
 MAX_AUTO_PROCESSES = 8
 #: How long workers may take to start (spawn imports httpx and the package).
@@ -53,18 +59,34 @@ def process_ceiling(cpu_count: int | None = None) -> int:
     return max(1, min(MAX_AUTO_PROCESSES, cpus // 2))
 
 
-def auto_processes(requests: Sequence[RequestSpec], *, cpu_count: int | None = None) -> int:
+def tokens_per_process(env: Mapping[str, str] | None = None) -> float:
+    """The streamed tokens/s one client process is given: ``$ADVISOR_CLIENT_TOKENS_PER_PROCESS``
+    if set, else :data:`STREAMED_TOKENS_PER_PROCESS`; raises ValueError on a value that is not a
+    number > 0 (a typo must not silently change how a window is measured)."""
+    raw = (os.environ if env is None else env).get(TOKENS_PER_PROCESS_ENV, "").strip()
+    if not raw:
+        return STREAMED_TOKENS_PER_PROCESS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"${TOKENS_PER_PROCESS_ENV} must be a number > 0, got {raw!r}")
+    return value
+
+
+def auto_processes(requests: Sequence[RequestSpec], *, cpu_count: int | None = None,
+                   env: Mapping[str, str] | None = None) -> int:
     """How many client processes ``requests`` need: the tokens/s the schedule asks to stream
     (total output tokens over the arrival span, at least one second) divided by
-    :data:`STREAMED_TOKENS_PER_PROCESS`, rounded up, at most :data:`MAX_AUTO_PROCESSES` and at
-    most half the CPUs (the rest are left to the server and the driver)."""
+    :func:`tokens_per_process`, rounded up, at most :data:`MAX_AUTO_PROCESSES` and at most half
+    the CPUs (the rest are left to the server and the driver)."""
     if not requests:
         return 1
     arrivals = [r.arrival_s for r in requests]
     span = max(1.0, max(arrivals) - min(arrivals))
     rate = sum(r.output_len for r in requests) / span
-    return max(1, min(process_ceiling(cpu_count),
-                      math.ceil(rate / STREAMED_TOKENS_PER_PROCESS)))
+    return max(1, min(process_ceiling(cpu_count), math.ceil(rate / tokens_per_process(env))))
 
 
 def shard_requests(requests: Sequence[RequestSpec], processes: int

@@ -55,15 +55,20 @@ def test_auto_processes_follows_the_streamed_token_rate() -> None:
     # 100 requests x 128 tokens over 9.9 s: ~1,290 tokens/s -> one process.
     light = reqs([i * 0.1 for i in range(100)], output_len=128)
     assert auto_processes(light, cpu_count=32) == 1
-    # 1,200 requests x 128 tokens over 8 s: 19,200 tokens/s -> ceil(19200 / 4000) = 5.
-    heavy = reqs([i * 8 / 1199 for i in range(1200)], output_len=128)
-    expected = -(-1200 * 128 / 8 // STREAMED_TOKENS_PER_PROCESS)
+    # 600 requests x 128 tokens over 8 s: 9,600 tokens/s -> ceil(9600 / 2000) = 5.
+    heavy = reqs([i * 8 / 599 for i in range(600)], output_len=128)
+    expected = -(-600 * 128 / 8 // STREAMED_TOKENS_PER_PROCESS)
     assert auto_processes(heavy, cpu_count=32) == expected == 5
     assert auto_processes(heavy, cpu_count=4) == 2  # at most half the CPUs
     assert auto_processes(heavy, cpu_count=2) == 1
     burst = reqs([0.0] * 4096, output_len=512)  # all at once: a span of at least one second
     assert auto_processes(burst, cpu_count=128) == MAX_AUTO_PROCESSES
     assert auto_processes([], cpu_count=32) == 1
+    # A host's own figure: twice the tokens per process, half the processes (rounded up).
+    fast = {"ADVISOR_CLIENT_TOKENS_PER_PROCESS": "4000"}
+    assert auto_processes(heavy, cpu_count=32, env=fast) == 3
+    with pytest.raises(ValueError, match="ADVISOR_CLIENT_TOKENS_PER_PROCESS must be a number"):
+        auto_processes(heavy, cpu_count=32, env={"ADVISOR_CLIENT_TOKENS_PER_PROCESS": "fast"})
 
 
 @pytest.fixture(scope="module")
