@@ -50,7 +50,7 @@ finish() {
 trap finish EXIT
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)
 echo "$gpu"; nproc; python3 --version
-case "$gpu" in *H100*) ;; *) echo "not an H100: stopping" >&2; exit 3;; esac
+case "$gpu" in *H100*|*H200*) ;; *) echo "not an H100 or H200: stopping" >&2; exit 3;; esac
 # Each start's log lives in the trial's scratch folder, removed when the server stops: copy it
 # under the study's name.
 ( while sleep 1; do for f in /tmp/advisor-*/*.log; do
