@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import optuna
+if TYPE_CHECKING:
+    # Imported by the factories when they build a sampler: the registry's names are listed by
+    # `advisor --help` and validated by every front door without loading optuna.
+    import optuna
 
 __all__ = ["DEFAULT_SAMPLER", "MAX_STARTUP", "SAMPLERS", "SAMPLER_FACTORIES", "STARTUP_TRIALS",
            "SamplerFactory", "make_sampler", "sampler_factory", "sampler_names"]
@@ -50,6 +53,8 @@ class _TPE:
         # `group` (TPE over conditional sub-spaces) is marked experimental; it is what makes TPE
         # model the per-index-family knobs jointly, so we use it and keep the warning out of
         # user output.
+        import optuna
+
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           n_startup_trials=n_startup_trials)
@@ -60,6 +65,8 @@ class _GP:
     name: str = "gp"
 
     def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        import optuna
+
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
 
@@ -69,6 +76,8 @@ class _Random:
     name: str = "random"
 
     def __call__(self, seed: int | None, n_startup_trials: int) -> optuna.samplers.BaseSampler:
+        import optuna
+
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.RandomSampler(seed=seed)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from advisor.driver import CoMeasured, StudySpec, complete_enqueued
 from advisor.errors import SearchSpaceError, StudyError, did_you_mean
+from advisor.front_door import DEFAULT_TRIALS, Door
 from advisor.inputs import check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
@@ -38,31 +39,8 @@ __all__ = ["DEFAULT_SAMPLER", "DEFAULT_TRIALS", "Door", "StudyPlan", "StudyReque
            "check_sampler", "default_study_name", "plan_study", "resolve_objective",
            "resolve_slo", "suggested_tune_command"]
 
-#: Search trials of a new study when none are asked for.
-DEFAULT_TRIALS = 30
-
 #: Store key of the studies measured alongside a study (``--also-rate``), as the driver keeps it.
 _CO_STUDIES = "co_measured_studies"
-
-
-@dataclass(frozen=True)
-class Door:
-    """How a front door spells a request's fields in the errors it shows its user, so one rule
-    reads as that door's own (``--resume`` on the command line, ``resume`` in a JSON body)."""
-
-    resume: str = "resume"
-    name: str = "name"
-    continue_hint: str = "resume it to continue it"
-    enqueue: str = "enqueue"
-    startup_trials: str = "startup_trials"
-    also_rate: str = "also_rate"
-    trials: str = "trials"
-    sampler: str = "sampler"
-    seed: str = "seed"
-    search_sweep: str = "search_sweep"
-    paired_repeats: str = "paired_repeats"
-    failure_gate: str = "failure_gate"
-    failure_threshold: str = "failure_threshold"
 
 
 @dataclass(frozen=True)
@@ -101,7 +79,7 @@ class StudyRequest:
     #: A name a user chose (checked as a new study's name); False for names the advisor derives.
     user_named: bool = True
     resume: bool = False
-    door: Door = Door()
+    door: Door = field(default_factory=Door)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Any
 from advisor.answers.model_based import RecommendationQuery, recommend
 from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_agrees
 from advisor.errors import AdvisorError
+from advisor.front_door import BEST_KNOWN
 from advisor.objective import Objective
 from advisor.settings import Settings
 from advisor.study_spec import WARM_START_PENDING, WARM_START_QUEUED, StoredStudy
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 
 #: The role a warm-start trial carries in its details (next to its ``source``).
 ROLE = "warm-start"
-#: How many of the best measured configs a new `advisor tune` / API study queues.
-BEST_KNOWN = 3
 #: The source of a target's own starting points (``Target.starting_points``).
 TEXTBOOK = "textbook"
 

@@ -26,6 +26,9 @@ import numpy as np
 from sqlalchemy import func
 from sqlmodel import col, select
 
+from knowledge.model_choices import DEFAULT_FAILURE_FAMILY as DEFAULT_FAMILY
+from knowledge.model_choices import DEFAULT_FAILURE_THRESHOLD as DEFAULT_THRESHOLD
+from knowledge.model_choices import FAILURE_FAMILIES as FAMILIES
 from knowledge.models import StudyRecord, TrialRecord, TrialStatus
 from knowledge.store import TrialFilter, TrialStore
 from knowledge.surrogates import FeatureEncoder, workload_features
@@ -86,13 +89,6 @@ NOT_THE_CONFIG = frozenset({"interrupted", "error", "missing_metric", "worker_se
 #: nothing, so it is left out of the time-saved accounting.
 CHEAP_REJECTION_S = 5.0
 
-#: Classifier families :class:`FailureClassifier` implements (compared by ``advisor knowledge
-#: eval --failures --family``; docs/knowledge.md has the figures).
-FAMILIES = ("forest", "calibrated-forest", "hgb", "logistic")
-DEFAULT_FAMILY = "forest"
-#: The failure probability at or above which a config is skipped / dropped, chosen on the
-#: shipped trials' held-out predictions (docs/knowledge.md, "Failure model").
-DEFAULT_THRESHOLD = 0.7
 #: The held-out precision a model must show at its threshold before anything is skipped.
 TARGET_PRECISION = 0.9
 

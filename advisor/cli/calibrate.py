@@ -8,17 +8,11 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from advisor.calibrate import (
-    ERROR_METRICS,
-    calibrate_from_trials,
-    probe_rates,
-    window_noise,
-)
 from advisor.cli.context import (
     MODEL_CONFIG_HELP,
     cli_settings,
@@ -30,13 +24,13 @@ from advisor.cli.context import (
     parse_workload,
     sigterm_interrupts,
 )
-from advisor.crosscheck import CrosscheckPlan, run_crosscheck
 from advisor.errors import AdvisorError
-from knowledge.models import TrialRecord
-from knowledge.profiles import HardwareProfile, save_profile
-from knowledge.store import TrialStore
-from objectives.llm.workload import LLMWorkloadSpec
 from objectives.registry import DEFAULT_SERVING_TARGET, get_target
+
+if TYPE_CHECKING:
+    from knowledge.models import TrialRecord
+    from knowledge.profiles import HardwareProfile
+    from knowledge.store import TrialStore
 
 __all__ = ["calibrate_cmd"]
 
@@ -75,6 +69,11 @@ def calibrate_cmd(
     """Calibrate this machine: one engine start of the defaults, a probe ladder of arrival
     rates, the simulator's step-time model fitted to the server's own timings, stored as a
     hardware profile (shown by `advisor knowledge profiles`, exported with the knowledge)."""
+    from advisor.calibrate import calibrate_from_trials, probe_rates, window_noise
+    from advisor.crosscheck import CrosscheckPlan, run_crosscheck
+    from knowledge.profiles import save_profile
+    from objectives.llm.workload import LLMWorkloadSpec
+
     sigterm_interrupts()
     settings = cli_settings()
     store = cli_store(settings)
@@ -113,6 +112,8 @@ def calibrate_cmd(
 
 
 def _show(profile: HardwareProfile) -> None:
+    from advisor.calibrate import ERROR_METRICS
+
     out.print(escape(f"{profile.name}: {profile.gpu_name} ({profile.gpu_memory_mib:,.0f} MiB, "
                      f"driver {profile.driver}), {len(profile.probe)} probe windows"),
               highlight=False)

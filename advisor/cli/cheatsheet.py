@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from advisor.cheatsheet import build_cheatsheet
 from advisor.cli.context import choice, cli_settings, cli_store, err, knowledge_models, one_line
 from advisor.cli.progress import steps
 
@@ -34,6 +33,8 @@ def cheatsheet_cmd(
 ) -> None:
     """The tuning cheat-sheet: recommended knob values per target x hardware x model x workload
     class x SLO tier, with predicted metrics, knob importance and fitted rules of thumb."""
+    from advisor.cheatsheet import build_cheatsheet
+
     settings = cli_settings()
     store = cli_store(settings)
     with steps(err, 3, quiet=fmt == "json") as step:

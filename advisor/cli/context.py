@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -21,18 +21,20 @@ from rich.console import Console
 from rich.markup import escape
 
 from advisor.errors import AdvisorError, InputError, WorkloadError
-from advisor.failure_gate import check_threshold
 from advisor.inputs import check_label, check_numbers
 from advisor.model_config import describe, shape_option
 from advisor.presets import resolve_workload
 from advisor.settings import Settings
-from advisor.stores import open_store
-from knowledge import TrialStore
-from knowledge.cache import KnowledgeModels, ModelCache
 from objectives.llm.models import MODEL_SHAPES
 from objectives.registry import TARGETS
 from objectives.target import Target
 from objectives.workload import Workload
+
+if TYPE_CHECKING:
+    # The store and the fitted models are imported by the functions that open them: `--help`
+    # and the commands that never touch them do not pay for the surrogate stack.
+    from knowledge import TrialStore
+    from knowledge.cache import KnowledgeModels
 
 __all__ = ["CSV_HELP", "MODELS_METAVAR", "MODEL_CONFIG_HELP", "TARGETS_METAVAR", "WIDE_HELP",
            "State", "choice", "cli_settings", "cli_store", "err", "knowledge_models",
@@ -74,6 +76,8 @@ def cli_store(settings: Settings | None = None, *, sigterm_raises: bool = True) 
     SIGTERM stops the command as Ctrl-C does, so the store is closed (checkpointed) on the way
     out rather than left to its ``-wal`` file; ``sigterm_raises=False`` leaves the signal
     handlers as they are, for a command that installed its own (:func:`stop_on_signals`)."""
+    from advisor.stores import open_store
+
     if sigterm_raises:
         sigterm_interrupts()
     return open_store(settings or cli_settings())
@@ -121,6 +125,8 @@ def positive(value: float | None) -> float | None:
 def probability(value: float | None) -> float | None:
     """Option callback: a failure threshold is a probability in (0, 1]."""
     if value is not None:
+        from advisor.failure_gate import check_threshold
+
         try:
             check_threshold(value)
         except ValueError as exc:
@@ -216,6 +222,8 @@ def knowledge_models(settings: Settings, store: TrialStore, target: str | None =
             ) -> KnowledgeModels:
     """The fitted models for ``store``: the all-target set `advisor knowledge fit` saved when it
     is current, else ``target``'s own set (fitted now when missing or stale)."""
+    from knowledge.cache import ModelCache
+
     full = ModelCache(store, settings.cache_dir).peek()
     if full is not None:
         return full

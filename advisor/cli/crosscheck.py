@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -26,17 +26,11 @@ from advisor.cli.context import (
     sigterm_interrupts,
 )
 from advisor.cli.render import fmt_value, print_json
-from advisor.crosscheck import (
-    GOAL_METRICS,
-    GOAL_RELATIVE,
-    CrosscheckPlan,
-    CrosscheckReport,
-    Measured,
-    run_crosscheck,
-    write_report,
-)
 from advisor.errors import AdvisorError
 from objectives.registry import DEFAULT_SERVING_TARGET, get_target
+
+if TYPE_CHECKING:
+    from advisor.crosscheck import CrosscheckReport, Measured
 
 __all__ = ["crosscheck_cmd"]
 
@@ -118,6 +112,8 @@ def crosscheck_cmd(
     with ratios, and whether TTFT p95, TPOT p95 and output tok/s are within 15 % of the reference
     or agree with the server. Run it first in every GPU run that measures LLM trials.
     """
+    from advisor.crosscheck import CrosscheckPlan, run_crosscheck, write_report
+
     sigterm_interrupts()
     if not rate:
         raise AdvisorError("crosscheck needs at least one --rate, e.g. --rate 15 --rate 45")
@@ -170,6 +166,8 @@ def crosscheck_cmd(
 
 
 def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
+    from advisor.crosscheck import GOAL_METRICS, GOAL_RELATIVE
+
     reference = report.facts.get("reference")
     against = f"{reference} vs server" if reference else "server (no reference harness)"
     table = Table(title=f"crosscheck {report.session}: advisor vs {against} (ms, tok/s)")
@@ -198,6 +196,8 @@ def _print_rows(report: CrosscheckReport, rows: list[dict[str, Any]]) -> None:
 
 def _print_round_rows(rows: list[dict[str, Any]]) -> None:
     """Rounds of advisor-then-reference windows: the goal judged on the median ratio."""
+    from advisor.crosscheck import GOAL_METRICS
+
     table = Table(title=escape("over the rounds (each an advisor window, then the reference's):"
                                " median ratio [range], advisor windows agreeing with the "
                                "server"))

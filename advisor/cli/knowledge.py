@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -16,16 +16,15 @@ from advisor.cli.context import choice, cli_settings, cli_store, err, one_line, 
 from advisor.cli.progress import steps
 from advisor.cli.render import emit_table, print_json
 from advisor.errors import AdvisorError
-from advisor.evaluation import audit_store_trials
-from advisor.failure_gate import evaluate_store
-from knowledge import TrialFilter, TrialRecord, TrialStatus, TrialStore
-from knowledge.cache import KnowledgeModels, ModelCache
-from knowledge.failures import DEFAULT_FAMILY as FAILURE_FAMILY
-from knowledge.failures import DEFAULT_THRESHOLD
-from knowledge.failures import FAMILIES as FAILURE_FAMILIES
-from knowledge.surrogates import DEFAULT_FAMILY, FAMILIES, GROUP_BY, SCORE_ON, cross_validate
-from knowledge.transfer import export_jsonl, import_file, import_jsonl
+from knowledge.model_choices import DEFAULT_FAILURE_FAMILY as FAILURE_FAMILY
+from knowledge.model_choices import DEFAULT_FAILURE_THRESHOLD as DEFAULT_THRESHOLD
+from knowledge.model_choices import DEFAULT_SURROGATE_FAMILY as DEFAULT_FAMILY
+from knowledge.model_choices import FAILURE_FAMILIES, GROUP_BY, SCORE_ON
+from knowledge.model_choices import SURROGATE_FAMILIES as FAMILIES
 from objectives.registry import get_target
+
+if TYPE_CHECKING:
+    from knowledge import TrialRecord, TrialStore
 
 __all__ = ["knowledge_app"]
 
@@ -44,6 +43,9 @@ def knowledge_export_cmd(
         help="Only trials whose hardware key contains this text.")] = None,
 ) -> None:
     """Export trials (with their studies and SLO margins) as JSONL, one trial per line."""
+    from knowledge import TrialFilter
+    from knowledge.transfer import export_jsonl
+
     store = cli_store()
     flt = TrialFilter(target=target, study=study, hardware_key=hardware)
     if output is None:
@@ -62,6 +64,8 @@ def knowledge_import_cmd(
                                                      "standard input).")],
 ) -> None:
     """Import trials from JSONL files; trials already in the store are skipped."""
+    from knowledge.transfer import import_file, import_jsonl
+
     store = cli_store()
     for path in files:
         if str(path) == "-":
@@ -91,6 +95,8 @@ def knowledge_fit_cmd(
 ) -> None:
     """Fit the surrogate models on every stored trial, cross-validate them, and save both in the
     cache dir so `advisor recommend` answers without fitting."""
+    from knowledge.cache import KnowledgeModels, ModelCache
+
     settings = cli_settings()
     store = cli_store(settings)
     with steps(err, 2, quiet=as_json) as step:
@@ -181,10 +187,13 @@ def knowledge_eval_cmd(
     if group_by == "shape":
         _print_shape_eval(cli_store(), target=target, metrics=metric, as_json=as_json)
         return
+    from advisor.evaluation import audit_store_trials
+    from knowledge import TrialFilter, TrialStatus
+    from knowledge.cache import MIN_TRIALS
+    from knowledge.surrogates import context_of, cross_validate
+
     store = cli_store()
     trials = store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE))
-    from knowledge.cache import MIN_TRIALS
-    from knowledge.surrogates import context_of
 
     grouped: dict[Any, list[TrialRecord]] = {}
     for t in trials:
@@ -305,6 +314,8 @@ def _print_shape_eval(store: TrialStore, *, target: str | None, metrics: list[st
 def _print_failure_eval(store: TrialStore, *, target: str | None, family: str,
                         threshold: float, folds: int, as_json: bool) -> None:
     """`advisor knowledge eval --failures`: the failure model held against stored trials."""
+    from advisor.failure_gate import evaluate_store
+
     if target is not None:
         get_target(target)  # an unknown name fails here, naming the known ones
     evaluation, data = evaluate_store(store, target=target, family=family,

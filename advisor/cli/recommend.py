@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from advisor.answers import RecommendationRequest, plan_recommendation
-from advisor.cli.answer_view import print_answer
 from advisor.cli.context import (
     MODEL_CONFIG_HELP,
     TARGETS_METAVAR,
@@ -23,9 +21,10 @@ from advisor.cli.context import (
     out,
 )
 from advisor.errors import InputError
-from objectives.hardware import hardware_key
-from objectives.llm.shapes import load_model_config
 from objectives.registry import DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    from advisor.answers import RecommendationRequest
 
 __all__ = ["recommend_cmd"]
 
@@ -78,6 +77,10 @@ def recommend_cmd(
     straddles it, `undecided` with the measurement that decides it. Exit code 1 when no config
     is recommended.
     """
+    from advisor.answers import plan_recommendation
+    from advisor.cli.answer_view import print_answer
+    from objectives.hardware import hardware_key
+
     settings = cli_settings()
     hw = {"this": hardware_key(), "any": None}.get(hardware or "", hardware)
     request = _request(target=target, slo=slo, objective=objective, hardware=hw, model=model,
@@ -101,6 +104,9 @@ def recommend_cmd(
 
 def _request(*, model_config: str | None, **fields: Any) -> RecommendationRequest:
     """The request the flags ask (one line on bad input, as REST's 422)."""
+    from advisor.answers import RecommendationRequest
+    from objectives.llm.shapes import load_model_config
+
     if model_config is not None:
         fields["hf_config"] = load_model_config(model_config)
     try:

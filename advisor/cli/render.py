@@ -11,13 +11,14 @@ import io
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from advisor.answers.versus_default import DefaultComparison
+if TYPE_CHECKING:
+    from advisor.answers.versus_default import DefaultComparison
 
 __all__ = ["TableFormat", "baseline_text", "compact_config", "emit_table", "features_text",
            "fmt_value", "miss_text", "paired_table", "print_json", "table_format"]

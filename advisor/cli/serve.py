@@ -8,7 +8,7 @@ import gc
 import logging
 import threading
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +21,9 @@ from advisor.cli.context import (
     stop_on_signals,
 )
 from advisor.errors import AdvisorError
-from knowledge.cache import KnowledgeModels
+
+if TYPE_CHECKING:
+    from knowledge.cache import KnowledgeModels
 
 __all__ = ["dashboard_cmd", "serve_cmd", "worker_cmd"]
 

@@ -7,9 +7,6 @@ import typer
 from rich.markup import escape
 
 from advisor.cli.context import cli_settings, err, out
-from advisor.store_check import check_consistency, check_integrity
-from advisor.stores import open_store
-from knowledge.store import redact_url
 
 __all__ = ["store_app"]
 
@@ -26,6 +23,10 @@ def check_cmd() -> None:
     Reads only: the shipped knowledge is not imported, nothing is repaired. A disagreement
     left by a killed driver is reconciled by `advisor tune ... --resume` of that study.
     """
+    from advisor.store_check import check_consistency, check_integrity
+    from advisor.stores import open_store
+    from knowledge.store import redact_url
+
     settings = cli_settings()
     where = redact_url(settings.db_url)
     problems = 0

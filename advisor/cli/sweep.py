@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,14 +13,13 @@ from rich.table import Table
 
 from advisor.cli.context import choice, cli_settings, cli_store, err, out, sigterm_interrupts
 from advisor.cli.render import fmt_value, print_json
-from advisor.driver import StudyDriver
 from advisor.errors import AdvisorError
-from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
-from advisor.sweeps.local import LocalBackend
-from advisor.sweeps.runner import CellResult, StudyBackend, SweepRunner
-from advisor.sweeps.spec import BACKENDS, CellSpec, SweepSpec, load_sweep
-from knowledge import StudyRecord, TrialRecord, TrialStatus
-from knowledge.validity import invalid_reason
+from advisor.sweeps.backend_names import BACKENDS
+
+if TYPE_CHECKING:
+    from advisor.sweeps.runner import CellResult, StudyBackend
+    from advisor.sweeps.spec import CellSpec, SweepSpec
+    from knowledge import StudyRecord, TrialRecord
 
 __all__ = ["sweep_app"]
 
@@ -49,6 +48,9 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Print the cells a sweep file would run and their estimated cost; runs nothing."""
+    from advisor.sweeps.runner import SweepRunner
+    from advisor.sweeps.spec import load_sweep
+
     spec = _override(load_sweep(file), backend, workers, None)
     settings = cli_settings()
     store = cli_store(settings)
@@ -120,6 +122,9 @@ def run_cmd(
     Exit code: 0 all cells ran and nothing regressed; 3 a cell's best config regressed beyond
     the measured noise; 4 a cell keeps failing; 5 both; 130 interrupted (rerun to resume).
     """
+    from advisor.sweeps.runner import SweepRunner
+    from advisor.sweeps.spec import load_sweep
+
     sigterm_interrupts()
     spec = _override(load_sweep(file), backend, workers, ray_address)
     settings = cli_settings()
@@ -155,6 +160,8 @@ def run_cmd(
 
 
 def _backend(spec: SweepSpec, store: Any, settings: Any) -> StudyBackend:
+    from advisor.sweeps.local import LocalBackend
+
     if spec.backend == "ray":
         from advisor.sweeps.ray_backend import RayBackend
 
@@ -205,6 +212,9 @@ def worker_cmd(
         help="Stop when the study's last N finished trials all failed.")] = None,
 ) -> None:
     """One local-backend worker: run trials of an existing study until its budget is taken."""
+    from advisor.driver import StudyDriver
+    from advisor.sweeps.local import EXIT_FAILING as WORKER_EXIT_FAILING
+
     sigterm_interrupts()
     settings = cli_settings()
     driver = StudyDriver(cli_store(settings), settings)
@@ -293,6 +303,9 @@ class _Reporter:
         self.task = self.progress.add_task(cell.key, total=total, completed=done)
 
     def trial_finished(self, cell: CellSpec, trial: TrialRecord) -> None:
+        from knowledge import TrialStatus
+        from knowledge.validity import invalid_reason
+
         if trial.status == TrialStatus.INTERRUPTED:
             return
         self.done += 1

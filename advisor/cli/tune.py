@@ -9,14 +9,13 @@ import shlex
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from advisor.budget import REPEAT, SKIP, BudgetTally
 from advisor.cli.context import (
     MODEL_CONFIG_HELP,
     MODELS_METAVAR,
@@ -35,20 +34,22 @@ from advisor.cli.context import (
     workload_overrides,
 )
 from advisor.cli.render import compact_config, fmt_value, paired_table, print_json
-from advisor.driver import StudyDriver, StudyResult
 from advisor.errors import AdvisorError
+from advisor.front_door import BEST_KNOWN, DEFAULT_TRIALS, Door
 from advisor.inputs import MAX_TRIALS
 from advisor.model_config import check_takes_model
-from advisor.objective import Objective
-from advisor.pairing import BEST, PROVENANCE_KEY, arm_of
 from advisor.presets import check_model
 from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS, STARTUP_TRIALS
-from advisor.study_request import DEFAULT_TRIALS, Door, StudyRequest, plan_study
-from advisor.warm_start import BEST_KNOWN, pending_warm_start, warm_start_hook
-from knowledge import StudyRecord, TrialRecord, TrialStatus, TrialStore
-from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
+from knowledge import TrialStatus
+from knowledge.model_choices import DEFAULT_FAILURE_THRESHOLD as DEFAULT_THRESHOLD
 from objectives import parse_slo
 from objectives.registry import DEFAULT_TARGET, get_target
+
+if TYPE_CHECKING:
+    from advisor.budget import BudgetTally
+    from advisor.driver import StudyResult
+    from advisor.objective import Objective
+    from knowledge import StudyRecord, TrialRecord, TrialStore
 
 __all__ = ["CLI_DOOR", "tune_cmd"]
 
@@ -163,6 +164,10 @@ def tune_cmd(
     trial) and is stored, failed ones included. SIGTERM stops the study as Ctrl-C does: the
     running trial is stopped and recorded as interrupted, and `--resume` re-queues its config.
     """
+    from advisor.driver import StudyDriver
+    from advisor.study_request import StudyRequest, plan_study
+    from advisor.warm_start import pending_warm_start, warm_start_hook
+
     if timeout is not None:
         if trial_timeout is not None:
             raise AdvisorError("give --trial-timeout only (--timeout is its deprecated alias)")
@@ -256,6 +261,8 @@ class _ProgressReporter:
         err.print(f"[dim]{escape(message)}[/dim]")
 
     def started(self, study: StudyRecord, done: int, total: int) -> None:
+        from advisor.budget import BudgetTally
+
         self.tally = self.tally_of(study) if self.tally_of else BudgetTally(total, done)
         t = self.tally
         err.print(f"study [bold]{escape(study.name)}[/bold]: {study.target}, SLO {study.slo}, "
@@ -277,6 +284,8 @@ class _ProgressReporter:
             self.progress.update(self.repeat_task, completed=done, total=total)
 
     def trial_finished(self, trial: TrialRecord, done: int, best: TrialRecord | None) -> None:
+        from advisor.budget import REPEAT, SKIP
+
         assert self.tally is not None
         kind = self.tally.add(trial)
         if trial.status == TrialStatus.COMPLETE:
@@ -309,6 +318,9 @@ class _ProgressReporter:
 
 
 def _print_result(result: StudyResult, as_json: bool) -> None:
+    from advisor.pairing import PROVENANCE_KEY
+    from knowledge.failures import PREDICTED_FAILURE
+
     study = result.study
     summary = {
         "study": study.name, "target": study.target, "slo": study.slo,
@@ -421,6 +433,8 @@ _LEVEL = 0.95
 def _best_repeats(result: StudyResult) -> dict[str, Any] | None:
     """The closing paired repeats of the best search trial's config: per metric, their mean and
     a t interval of it (None when fewer than two were measured)."""
+    from advisor.pairing import BEST, arm_of
+
     if result.best is None:
         return None
     same = [t for t in result.trials if t.status == TrialStatus.COMPLETE

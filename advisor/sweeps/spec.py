@@ -26,6 +26,7 @@ from advisor.study_request import (
     resolve_objective,
     resolve_slo,
 )
+from advisor.sweeps.backend_names import BACKENDS
 from objectives import SLO, Workload
 from objectives.registry import get_target
 from objectives.workload import canonical_json
@@ -33,7 +34,6 @@ from objectives.workload import canonical_json
 __all__ = ["BACKENDS", "CellSpec", "DriftPolicy", "RayOptions", "SweepFileError", "SweepSpec",
            "load_sweep", "parse_sweep"]
 
-BACKENDS = ("local", "ray")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$")
 _TOP_KEYS = {"name", "description", "backend", "workers", "trials", "repeats", "sampler", "seed",
              "trial_timeout_s", "max_consecutive_failures", "warm_start", "drift", "ray", "matrix"}

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from knowledge.model_choices import DEFAULT_SURROGATE_FAMILY as DEFAULT_FAMILY
+from knowledge.model_choices import SURROGATE_FAMILIES as FAMILIES
 from knowledge.surrogates.calibration import conformal, fold_scale
 from knowledge.surrogates.linear import _impute, _linear_bases_predict, _LinearBase
 from knowledge.work_cost import CostLaw, WorkCost
@@ -22,11 +24,6 @@ from knowledge.work_cost import CostLaw, WorkCost
 __all__ = ["DEFAULT_FAMILY", "FAMILIES", "FAMILY_IMPLEMENTATIONS", "FittingRegressor", "Forest",
            "GaussianProcess", "QuantileBoosting", "SurrogateFamily", "member_predict",
            "members_predict"]
-
-#: Surrogate families that :class:`IntervalRegressor` implements (benchmarks/surrogates.py
-#: compares them on the shipped data; ``linear-forest`` is the default).
-FAMILIES = ("linear-forest", "forest", "hgb-quantile", "gp")
-DEFAULT_FAMILY = "linear-forest"
 
 
 class FittingRegressor(Protocol):

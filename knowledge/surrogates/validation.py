@@ -12,6 +12,7 @@ import numpy as np
 
 from knowledge.curve_model import KnobCurveModel
 from knowledge.load_curve import LoadCurves
+from knowledge.model_choices import GROUP_BY, SCORE_ON
 from knowledge.models import TrialRecord
 from knowledge.surrogates.curves import _unmeasured_answer, fit_knob_curves, fit_load_curves
 from knowledge.surrogates.families import DEFAULT_FAMILY
@@ -79,15 +80,6 @@ def noise_floor(trials: Sequence[TrialRecord], metric: str) -> tuple[float | Non
             others = np.exp(np.delete(logs, i).mean())
             errors.append(abs(others - v) / v)
     return (float(np.mean(errors)) if errors else None), len(errors)
-
-
-#: How :func:`cross_validate` can group what it holds out together.
-GROUP_BY = ("config", "instance", "workload")
-
-
-#: What :func:`cross_validate` scores a prediction against: each ``trial``'s measurement, or
-#: the ``median`` of the repeats of one config at one workload (one score per such group).
-SCORE_ON = ("trial", "median")
 
 
 def instance_groups(trials: Sequence[TrialRecord]) -> list[str]:
