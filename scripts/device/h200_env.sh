@@ -16,15 +16,6 @@ source .vllm-h200/activate.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
   .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
-# Byte-compile the payload, the wheels and this checkout once per machine. The payload ships no
-# bytecode (it must fit the call) and the device image forbids writing any (the engine core ran
-# with -B), so every process of every engine start compiled vLLM's sources again: on the H100
-# (2026-12-07, py-spy over one start) 14 s in the API server, 15 s in the engine core and 11 s
-# in vLLM's model-inspection subprocess. compileall writes the .pyc files whatever that flag says.
-if [ ! -f /tmp/vllm_site/.pyc-ok ]; then
-  python3 -m compileall -q -j 0 /tmp/vllm_site /tmp/site "$PWD" >/dev/null 2>&1
-  touch /tmp/vllm_site/.pyc-ok
-fi
 export ADVISOR_DB_URL=sqlite:///${DEVICE_DB:-/tmp/advisor-h200.db}
 export ADVISOR_IMPORT_SHIPPED=${DEVICE_IMPORT_SHIPPED:-0}
 export ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
