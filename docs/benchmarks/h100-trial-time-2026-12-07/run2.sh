@@ -9,8 +9,9 @@
 #           with PYTHONDONTWRITEBYTECODE=1: every process compiles their sources, as every
 #           start on the device did until now (the image's own torch keeps its bytecode);
 #   after:  the shortcuts on, 2,000 tokens/s per client process, the payload and the wheels
-#           byte-compiled once at the start of the call (scripts/device/h200_env.sh now does
-#           that for every campaign). This checkout is compiled by neither arm.
+#           byte-compiled once at the start of the call (scripts/device/h200_env.sh did that for
+#           a while; it stopped once this call showed no gain). This checkout is compiled by
+#           neither arm.
 #   A prime study first (the after arm, one rate) fills the shared engine cache (cold start).
 #
 # Run through the device tool on nvidia-h100-x1, carrying .vllm-h200 and .whl:
