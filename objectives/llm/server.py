@@ -591,7 +591,8 @@ def measure_window(base_url: str, served_model: str, requests: Sequence[RequestS
         except ServerMetricsError as exc:
             server = {"available": False, "reason": str(exc)}
     verdict = judge(load.records, server if server["available"] else None,
-                    loop_lag_s=load.loop_lag_s, capped=cap is not None, tolerance=tolerance)
+                    loop_lag_s=load.loop_lag_s, capped=cap is not None, tolerance=tolerance,
+                    stopped_early=load.settled is not None)
     return MeasuredWindow(load, server, verdict, cache_reset)
 
 
