@@ -116,11 +116,20 @@ def is_storage_error(exc: BaseException) -> bool:
         isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS)
 
 
+#: SQLAlchemy's code for "Can't reconnect until invalid transaction is rolled back": raised on a
+#: connection whose server went away inside a transaction, once it is used again.
+_PENDING_ROLLBACK_CODE = "8s2b"
+
+
 def _first_line(exc: BaseException) -> str:
     """The cause of a storage error in one line (SQLAlchemy's messages carry the statement)."""
     cause: BaseException = exc
     while cause.__cause__ is not None and isinstance(cause, StoreError | StorageInternalError):
         cause = cause.__cause__
+    if getattr(cause, "code", None) == _PENDING_ROLLBACK_CODE:
+        # Its own text asks the caller to roll back; what the user needs is what happened (seen
+        # when PostgreSQL ended every connection to a database made read-only mid-study).
+        return "the connection to the store was lost inside a transaction"
     orig = getattr(cause, "orig", None)  # the driver's own error, without SQLAlchemy's framing
     text = str(orig if orig is not None else cause).strip().splitlines()
     return (text[0] if text else type(cause).__name__).removeprefix("trial store error: ")

@@ -173,3 +173,23 @@ def test_a_postgres_store_turned_read_only_stops_the_study_in_one_line(tmp_path:
         admin.dispose()
         with contextlib.suppress(StopIteration):
             next(urls)
+
+
+def test_a_connection_lost_inside_a_transaction_is_named_as_such() -> None:
+    """When PostgreSQL ends the connections of a database made read-only, the statement that
+    hits it first may be one on a connection already invalidated: SQLAlchemy then only says to
+    roll back (its code 8s2b), which told a user nothing (a suite run at 7dffb20 saw it)."""
+    from sqlalchemy.exc import OperationalError, PendingRollbackError
+
+    from advisor.driver import _first_line
+    from knowledge.store import StoreError
+
+    lost = PendingRollbackError("Can't reconnect until invalid transaction is rolled back.  "
+                                "Please rollback() fully before proceeding", code="8s2b")
+    wrapped = StoreError("trial store error: write failed")
+    wrapped.__cause__ = lost
+    assert _first_line(wrapped) == _first_line(lost) == (
+        "the connection to the store was lost inside a transaction")
+    refused = OperationalError("UPDATE trials", {}, Exception(
+        "cannot execute UPDATE in a read-only transaction\nCONTEXT: ..."))
+    assert _first_line(refused) == "cannot execute UPDATE in a read-only transaction"
