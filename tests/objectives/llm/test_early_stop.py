@@ -4,10 +4,7 @@ server, whose first token can be made slow far beyond a bound (no timing is asse
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,11 +22,9 @@ from objectives.llm.early_stop import (
     shortcuts_enabled,
 )
 from objectives.llm.requests import RequestRecord, RequestSpec
-from objectives.llm.workload import load_preset
-from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
-from objectives.workload import Workload
+from objectives.targets.vllm_target import VllmTarget
+from tests.objectives.llm.stand_in import short_workload
 
-FAKE = Path(__file__).with_name("fake_openai_server.py")
 #: Every request's first token comes this late: 20x the bound the slow tests set.
 SLOW_FIRST_TOKEN_S = 1.0
 MISSED = "ttft_p95_ms<=50"
@@ -117,23 +112,6 @@ def test_shortcuts_are_on_unless_the_variable_says_0() -> None:
 
 # -- windows against the stand-in server --------------------------------------------------------
 
-def workload(n_requests: int, rate_rps: float = 50.0, **target_params: Any) -> Workload:
-    return load_preset(
-        "chat", model="tiny-llama", n_requests=n_requests, warmup_requests=2,
-        arrival={"process": "poisson", "rate_rps": rate_rps},
-        prompt_len={"dist": "uniform", "low": 8, "high": 16},
-        output_len={"dist": "fixed", "value": 4}).with_params(**target_params)
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    record = tmp_path / "requests.jsonl"
-    monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
-    monkeypatch.setenv("FAKE_SERVER_RECORD", str(record))
-    monkeypatch.delenv(SHORTCUTS_ENV, raising=False)
-    return record
-
-
 def target(slo: str | None) -> VllmTarget:
     vllm = VllmTarget()
     vllm.trial_slo = parse_slo(slo) if slo else None
@@ -149,7 +127,7 @@ def test_a_window_stops_once_its_miss_is_settled(fake_vllm: Path, tmp_path: Path
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  processes: int) -> None:
     monkeypatch.setenv("FAKE_SERVER_FIRST_TOKEN_DELAY_S", str(SLOW_FIRST_TOKEN_S))
-    m = target(MISSED).run({}, workload(400, client_processes=processes), tmp_path / "cache")
+    m = target(MISSED).run({}, short_workload(400, client_processes=processes), tmp_path / "cache")
     settled = m.details["settled"]
     assert settled["verdict"] == "miss" and settled["metric"] == "ttft_p95_ms"
     assert settled["scheduled"] >= MIN_REQUESTS and settled["lower_bound"] > 0.05
@@ -167,7 +145,8 @@ def test_a_window_stops_once_its_miss_is_settled(fake_vllm: Path, tmp_path: Path
 
 
 def test_a_window_that_meets_its_slo_runs_whole(fake_vllm: Path, tmp_path: Path) -> None:
-    m = target("ttft_p95_ms<=5000,e2e_p99_ms<=20000").run({}, workload(30), tmp_path / "cache")
+    m = target("ttft_p95_ms<=5000,e2e_p99_ms<=20000").run({}, short_workload(30),
+                                                          tmp_path / "cache")
     assert "settled" not in m.details
     assert len(m.details["requests"]["index"]) == 30 and m.metrics["cut_requests"] == 0
     assert sent_bodies(fake_vllm) == 2 + 30 * len(m.details["validity_attempts"])
@@ -177,7 +156,7 @@ def test_shortcuts_off_measures_the_whole_window(fake_vllm: Path, tmp_path: Path
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SERVER_FIRST_TOKEN_DELAY_S", str(SLOW_FIRST_TOKEN_S))
     monkeypatch.setenv(SHORTCUTS_ENV, "0")
-    m = target(MISSED).run({}, workload(30), tmp_path / "cache")
+    m = target(MISSED).run({}, short_workload(30), tmp_path / "cache")
     assert "settled" not in m.details
     assert len(m.details["requests"]["index"]) == 30 and m.metrics["cut_requests"] == 0
     assert m.metrics["ttft_p95_ms"] > 50
@@ -186,5 +165,5 @@ def test_shortcuts_off_measures_the_whole_window(fake_vllm: Path, tmp_path: Path
 def test_without_the_studys_slo_nothing_is_settled(fake_vllm: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SERVER_FIRST_TOKEN_DELAY_S", str(SLOW_FIRST_TOKEN_S))
-    m = target(None).run({}, workload(30), tmp_path / "cache")
+    m = target(None).run({}, short_workload(30), tmp_path / "cache")
     assert "settled" not in m.details and len(m.details["requests"]["index"]) == 30

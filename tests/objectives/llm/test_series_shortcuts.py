@@ -5,10 +5,7 @@ them off with ADVISOR_TRIAL_SHORTCUTS=0."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,29 +13,10 @@ from advisor.errors import NotMeasuredError
 from objectives import parse_slo
 from objectives.llm.client import FAULT_STALL_ENV
 from objectives.llm.early_stop import SHORTCUTS_ENV
-from objectives.llm.workload import at_rate, load_preset
+from objectives.llm.workload import at_rate
 from objectives.measurement import Measurement
-from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
-from objectives.workload import Workload
-
-FAKE = Path(__file__).with_name("fake_openai_server.py")
-
-
-def workload(n_requests: int, rate_rps: float, **target_params: Any) -> Workload:
-    return load_preset(
-        "chat", model="tiny-llama", n_requests=n_requests, warmup_requests=2,
-        arrival={"process": "poisson", "rate_rps": rate_rps},
-        prompt_len={"dist": "uniform", "low": 8, "high": 16},
-        output_len={"dist": "fixed", "value": 4}).with_params(**target_params)
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    record = tmp_path / "requests.jsonl"
-    monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
-    monkeypatch.setenv("FAKE_SERVER_RECORD", str(record))
-    monkeypatch.delenv(SHORTCUTS_ENV, raising=False)
-    return record
+from objectives.targets.vllm_target import VllmTarget
+from tests.objectives.llm.stand_in import short_workload
 
 
 def measured(result: Measurement | Exception) -> Measurement:
@@ -54,7 +32,7 @@ def test_a_miss_leaves_the_higher_rate_unmeasured(fake_vllm: Path, tmp_path: Pat
     monkeypatch.setenv("FAKE_SERVER_FIRST_TOKEN_DELAY_S", "0.3")
     if not shortcuts:
         monkeypatch.setenv(SHORTCUTS_ENV, "0")
-    base = workload(30, 50.0)
+    base = short_workload(30, 50.0)
     series = [base, at_rate(base, 100.0, seed_offset=1), at_rate(base, 25.0, seed_offset=2)]
     target = VllmTarget()
     target.trial_slo = parse_slo("ttft_p95_ms<=50,output_tokens_per_s>=1")
@@ -88,8 +66,8 @@ def test_a_miss_leaves_the_higher_rate_unmeasured(fake_vllm: Path, tmp_path: Pat
 def test_a_lower_rate_or_another_shape_is_still_measured_after_a_miss(
         fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SERVER_FIRST_TOKEN_DELAY_S", "0.3")
-    base = workload(30, 50.0)
-    longer = workload(60, 100.0).with_params(output_len={"dist": "fixed", "value": 6})
+    base = short_workload(30, 50.0)
+    longer = short_workload(60, 100.0).with_params(output_len={"dist": "fixed", "value": 6})
     target = VllmTarget()
     target.trial_slo = parse_slo("ttft_p95_ms<=50")
     first, other = target.run_series({}, [base, longer], tmp_path / "cache")
@@ -105,8 +83,8 @@ def test_client_processes_carry_forward_after_the_gate_re_measured(
     if not shortcuts:
         monkeypatch.setenv(SHORTCUTS_ENV, "0")
     clients = {"client_processes": 1, "client_processes_max": 2}
-    base = workload(10, 20.0, **clients)
-    slower = workload(5, 10.0, **clients).with_params(seed=1)
+    base = short_workload(10, 20.0, **clients)
+    slower = short_workload(5, 10.0, **clients).with_params(seed=1)
     first, second = VllmTarget().run_series({}, [base, slower], tmp_path / "cache")
     attempts = [[a["client_processes"] for a in measured(m).details["validity_attempts"]]
                 for m in (first, second)]

@@ -18,15 +18,13 @@ import pytest
 from advisor.errors import WorkloadError
 from advisor.isolation import run_isolated
 from advisor.testing import TargetContract
-from objectives.llm.early_stop import SHORTCUTS_ENV
 from objectives.llm.server import ManagedServer, free_port
 from objectives.llm.workload import at_rate, load_preset
 from objectives.target import Target
 from objectives.targets.openai_target import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, OpenAITarget
 from objectives.targets.vllm_target import COMMAND_ENV, VllmTarget
 from objectives.workload import Workload
-
-FAKE = Path(__file__).with_name("fake_openai_server.py")
+from tests.objectives.llm.stand_in import FAKE
 
 
 def small_workload(**target_params: Any) -> Workload:
@@ -37,15 +35,6 @@ def small_workload(**target_params: Any) -> Workload:
         arrival={"process": "poisson", "rate_rps": 50.0},
         prompt_len={"dist": "uniform", "low": 8, "high": 32},
         output_len={"dist": "uniform", "low": 4, "high": 12}).with_params(**target_params)
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    record = tmp_path / "requests.jsonl"
-    monkeypatch.setenv(COMMAND_ENV, json.dumps([sys.executable, str(FAKE)]))
-    monkeypatch.setenv("FAKE_SERVER_RECORD", str(record))
-    monkeypatch.delenv(SHORTCUTS_ENV, raising=False)  # the trial shortcuts are on by default
-    return record
 
 
 def test_vllm_target_runs_a_whole_trial(fake_vllm: Path, tmp_path: Path) -> None:
