@@ -296,24 +296,18 @@ def startup_phases(log: str) -> dict[str, float]:
     spawning the engine-core process and its imports), ``engine_core_init`` (engine core up to
     its init done), ``init_to_serving`` (the API server's own start after it). Empty when the
     landmarks are not all there (an older or failed start)."""
-    stamps: dict[str, datetime.datetime] = {}
-    marks = iter(_PHASE_MARKS)
-    name, pattern = next(marks)
-    for line in log.splitlines():
-        stamp = _LOG_STAMP.search(line)
-        if stamp is None or not pattern.search(line):
-            continue
-        stamps[name] = datetime.datetime.strptime(stamp.group("t"), "%m-%d %H:%M:%S")
-        following = next(marks, None)
-        if following is None:
-            break
-        name, pattern = following
-    if len(stamps) < len(_PHASE_MARKS):
-        return {}
-    names = [mark for mark, _ in _PHASE_MARKS]
+    lines = iter(log.splitlines())  # each landmark is looked for after the one before
+    stamps: list[datetime.datetime] = []
+    for _, pattern in _PHASE_MARKS:
+        for line in lines:
+            if (stamp := _LOG_STAMP.search(line)) and pattern.search(line):
+                stamps.append(datetime.datetime.strptime(stamp.group("t"), "%m-%d %H:%M:%S"))
+                break
+        else:
+            return {}
     labels = ("api_to_engine_core", "engine_core_init", "init_to_serving")
-    return {label: (stamps[later] - stamps[earlier]).total_seconds()
-            for label, earlier, later in zip(labels, names[:-1], names[1:], strict=True)}
+    return {label: (later - earlier).total_seconds()
+            for label, earlier, later in zip(labels, stamps[:-1], stamps[1:], strict=True)}
 
 
 def log_excerpt(log: str, n_chars: int = LOG_TAIL_CHARS) -> str:
