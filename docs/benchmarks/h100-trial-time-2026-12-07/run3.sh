@@ -5,24 +5,18 @@
 # 80 req/s window now pass the gate? Not a timing comparison (nothing to compare it with here).
 #
 #   bash docs/benchmarks/h100-trial-time-2026-12-07/run3.sh > $OUT/log3.txt 2>&1
-# Results in $OUT: trials3.jsonl (the store, exported), log3.txt.
+# Results in $OUT: trials-gate-check.jsonl (the store, exported), nvidia-smi-gate-check.txt,
+# log3.txt. The set-up is scripts/device/h200_env.sh's.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."  # the repository root
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/out}
+PHASE=gate-check
 T0=$(date +%s)
 LIMIT_S=${LIMIT_S:-300}
-# shellcheck disable=SC1091
-source .vllm-h200/activate.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-  .whl/*.whl || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} ADVISOR_DB_URL=sqlite:////tmp/advisor-h100.db
-export ADVISOR_IMPORT_SHIPPED=0 ADVISOR_CACHE_DIR=/tmp/advisor-cache PYTHONUNBUFFERED=1 COLUMNS=200
+# shellcheck source=scripts/device/h200_env.sh
+source scripts/device/h200_env.sh
 export ADVISOR_ENGINE_CACHE_DIR=/tmp/engine-cache
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-finish() {
-  python3 -m advisor knowledge export -o "$OUT/trials3.jsonl" || true
-  echo "TOTAL_S $(( $(date +%s) - T0 ))"
-}
+finish() { export_phase; echo "TOTAL_S $(( $(date +%s) - T0 ))"; }
 trap finish EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 R0=45
@@ -35,7 +29,7 @@ timeout --foreground -s TERM -k 15 $(( LIMIT_S - ($(date +%s) - T0) - 20 )) \
     --name gate-check
 echo "TUNE_RC $?"
 python3 - <<'PY'
-import json, os
+import os
 from knowledge import TrialStore
 for t in TrialStore(os.environ["ADVISOR_DB_URL"]).list_trials():
     d = t.details
