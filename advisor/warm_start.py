@@ -2,9 +2,12 @@
 
 A study's question (target, SLO, objective, workload, model, hardware) may already have an answer
 in the store. A new study therefore queues, after the engine default and the caller's own
-enqueued configs and before the sampler takes over, the model-based recommendation for the
-question (when the fitted models cover it) and the best measured configs on this hardware and
-workload that meet the SLO, then the target's own starting points (its textbook settings,
+enqueued configs and before the sampler takes over, the planner's answer to the question (the
+one path every door asks, advisor/answers/planner.py: the fitted models where they cover it, on
+a GPU known only from a calibration profile the calibrated simulator; the config it recommends,
+or where its intervals straddle the SLO the candidate it would measure to decide) and the best
+measured configs on this hardware and workload that meet the SLO, then the target's own
+starting points (its textbook settings,
 ``Target.starting_points``: e.g. a vector index's HNSW32 / HNSW16 and IVF sqrt(N)), which need no
 knowledge at all. `advisor tune` and the API's study jobs do this through
 :func:`warm_start_hook`; sweep cells add the previous run's best on top
@@ -20,11 +23,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.answers.model_based import RecommendationQuery, recommend
+from pydantic import ValidationError
+
+from advisor.answers.planner import ModelsSource, plan_recommendation
+from advisor.answers.request import RecommendationRequest
 from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_agrees
 from advisor.errors import AdvisorError
 from advisor.front_door import BEST_KNOWN
@@ -33,6 +39,7 @@ from advisor.settings import Settings
 from advisor.study_spec import WARM_START_PENDING, WARM_START_QUEUED, StoredStudy
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
+from knowledge.profiles import list_profiles
 from knowledge.surrogates import workload_features
 from objectives import SLO, Workload
 from objectives.hardware import hardware_key as this_hardware
@@ -50,6 +57,7 @@ __all__ = [
     "fitted_models",
     "knowledge_configs",
     "pending_warm_start",
+    "planned_config",
     "queue_warm_start",
     "study_warm_start",
     "summary_line",
@@ -95,7 +103,10 @@ class WarmStartConfig:
     """A config to enqueue, and where it came from (stored with its trial as ``source``)."""
 
     config: dict[str, Any]
-    source: str  # "previous-run", "recommendation", "best-known" or "textbook"
+    #: "previous-run", "recommendation" (the planner's answer from measured trials and fitted
+    #: models), "calibration" (its answer from a calibration profile), "best-known" or
+    #: "textbook".
+    source: str
 
 
 def _met(trial: TrialRecord, slo: SLO) -> bool:
@@ -132,24 +143,16 @@ def unique_configs(found: Iterable[WarmStartConfig]) -> list[WarmStartConfig]:
 
 
 def knowledge_configs(store: TrialStore, question: StudyQuestion, *, use_recommendation: bool,
-                      best_known: int, models: KnowledgeModels | None
+                      best_known: int, models: ModelsSource
                       ) -> list[WarmStartConfig]:
-    """The recommendation for ``question`` (when ``use_recommendation`` and the models cover
-    it; ``models`` None: fitted now) and then up to ``best_known`` best measured configs of the
-    target on this hardware and workload meeting the SLO; no config twice."""
+    """The planner's answer to ``question`` (when ``use_recommendation``; ``models`` as
+    :func:`plan_recommendation` takes them) and then up to ``best_known`` best measured configs of
+    the target on this hardware and workload meeting the SLO; no config twice."""
     found: list[WarmStartConfig] = []
     if use_recommendation:
-        try:
-            query = RecommendationQuery(
-                target=question.target, slo=str(question.slo), hardware=question.hardware_key,
-                model=question.model, workload=workload_features(question.workload.spec),
-                objective=str(question.objective))
-            answer = recommend(store, query, models=models)
-        except AdvisorError as exc:  # the question may not be answerable yet: not an error
-            log.info("no warm-start recommendation for %s: %s", question.describe(), exc)
-        else:
-            if answer.found and answer.config is not None:
-                found.append(WarmStartConfig(dict(answer.config), "recommendation"))
+        planned = planned_config(store, question, models=models)
+        if planned is not None:
+            found.append(planned)
     if best_known:
         trials = store.list_trials(TrialFilter(
             target=question.target, status=TrialStatus.COMPLETE,
@@ -157,6 +160,30 @@ def knowledge_configs(store: TrialStore, question: StudyQuestion, *, use_recomme
         found += [WarmStartConfig(dict(t.config), "best-known")
                   for t in best_measured(trials, question.slo, question.objective, best_known)]
     return unique_configs(found)
+
+
+def planned_config(store: TrialStore, question: StudyQuestion, *, models: ModelsSource
+                   ) -> WarmStartConfig | None:
+    """The config the planner answers ``question`` with, or, where its answer is ``undecided``
+    (a candidate's interval straddles the SLO), the candidate it would measure to decide: a
+    study is that measurement. None when it recommends nothing or cannot answer yet (not an
+    error: a new question may have no answer)."""
+    try:
+        request = RecommendationRequest(
+            target=question.target, slo=str(question.slo), objective=str(question.objective),
+            hardware=question.hardware_key, model=question.model,
+            workload=workload_features(question.workload.spec))
+        answer = plan_recommendation(store, request, models=models)
+    except (AdvisorError, ValidationError) as exc:
+        log.info("no warm-start recommendation for %s: %s", question.describe(), exc)
+        return None
+    source = "calibration" if answer.basis == "calibration" else "recommendation"
+    if answer.found and answer.config is not None:
+        return WarmStartConfig(dict(answer.config), source)
+    closest = answer.closest or {}
+    if answer.status == "undecided" and isinstance(closest.get("config"), Mapping):
+        return WarmStartConfig(dict(closest["config"]), source)
+    return None
 
 
 def fitted_models(store: TrialStore, settings: Settings, target: str) -> KnowledgeModels | None:
@@ -177,6 +204,14 @@ def fitted_models(store: TrialStore, settings: Settings, target: str) -> Knowled
     except AdvisorError as exc:
         log.info("no models for %s yet: %s", target, exc)
         return None
+
+
+def _calibrated(store: TrialStore, question: StudyQuestion) -> bool:
+    """Whether a calibration profile of ``question``'s target describes its hardware: the
+    planner can then answer from it before any trial was measured there (the models are fitted
+    only if the planner needs them)."""
+    return any(p.hardware_key == question.hardware_key
+               for p in list_profiles(store, target=question.target))
 
 
 def _queued_before(spec: StudySpec, space: SearchSpace) -> list[dict[str, Any]]:
@@ -214,10 +249,16 @@ def study_warm_start(store: TrialStore, settings: Settings, spec: StudySpec, *,
     found: list[WarmStartConfig] = []
     on_hardware = store.count_matching(TrialFilter(
         target=spec.target, status=TrialStatus.COMPLETE, hardware_key=question.hardware_key))
-    if on_hardware:
-        models = fitted_models(store, settings, spec.target)
+    if on_hardware or _calibrated(store, question):
+
+        def models() -> KnowledgeModels:
+            fitted = fitted_models(store, settings, spec.target)
+            if fitted is None:
+                raise AdvisorError(f"no fitted models for {spec.target} yet")
+            return fitted
+
         # Ask for more best-known configs than are kept: some may repeat a queued config.
-        found = knowledge_configs(store, question, use_recommendation=models is not None,
+        found = knowledge_configs(store, question, use_recommendation=True,
                                   best_known=best_known + len(queued) + 1, models=models)
     found += [WarmStartConfig(dict(c), TEXTBOOK) for c in target.starting_points(spec.workload)]
     seen = {canonical_json(c) for c in queued}
