@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor.errors import InputError, WorkloadError
-from knowledge import TrialFilter, TrialStatus, TrialStore
 from objectives.llm.shapes import (
     ShapeFeatures,
     display_name,
@@ -25,6 +24,11 @@ from objectives.llm.shapes import (
     shape_features,
 )
 from objectives.target import Target
+
+if TYPE_CHECKING:
+    # The store (SQLModel, SQLAlchemy) is imported where a store is read: `--model-config` is an
+    # option of commands whose `--help` and option parsing must not pay for it.
+    from knowledge import TrialStore
 
 __all__ = ["UnmeasuredShape", "check_takes_model", "describe", "model_option", "shape_option",
            "unmeasured_shape"]
@@ -113,6 +117,8 @@ def unmeasured_shape(store: TrialStore, *, target: str, hardware: str | None,
     ``recommend --hardware`` takes it; None: any) served ``shape``; else the answer saying so.
     The measured shapes are listed with their features where they have any (a local model
     directory elsewhere has none here)."""
+    from knowledge import TrialFilter, TrialStatus
+
     models: dict[str, ShapeFeatures | None] = {}
     for trial in store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE)):
         if hardware is not None and hardware.lower() not in trial.hardware_key.lower():

@@ -14,6 +14,10 @@ from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+# The states live in a module of plain values (the command line lists them in `--help` without
+# loading SQLModel); they are names of this module too.
+from knowledge.statuses import JobStatus, StudyStatus, SweepRunStatus, TrialStatus
+
 __all__ = ["ImportRecord", "JobRecord", "JobStatus", "SLOMarginRecord", "StudyLeaseRecord",
            "StudyRecord", "StudyStatus", "SweepRunRecord", "SweepRunStatus", "TrialRecord",
            "TrialStatus", "utcnow"]
@@ -40,33 +44,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-
-class StudyStatus:
-    """Study states. ``imported`` studies came from another store: readable, not resumable."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    INTERRUPTED = "interrupted"
-    IMPORTED = "imported"
-
-
-class TrialStatus:
-    """Trial states. ``interrupted`` trials died with the driver and were re-queued on resume.
-    ``invalid`` trials were measured, but the measurement failed its validity check
-    (knowledge/validity.py): kept with their metrics and reason, never used; they count
-    against a study's budget like failed ones."""
-
-    RUNNING = "running"
-    COMPLETE = "complete"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    INVALID = "invalid"
-    ALL = (RUNNING, COMPLETE, FAILED, INTERRUPTED, INVALID)
-    FINISHED = (COMPLETE, FAILED, INVALID)
-    #: States of a trial that produced a measurement (its metrics are stored).
-    MEASURED = (COMPLETE, INVALID)
 
 
 class StudyRecord(SQLModel, table=True):
@@ -158,15 +135,6 @@ class TrialRecord(SQLModel, table=True):
     swept_from: int | None = None
 
 
-class SweepRunStatus:
-    """Sweep run states. A run left ``running`` by a killed sweep is resumed by the next
-    ``advisor sweep run`` of the same sweep file."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    ABANDONED = "abandoned"
-
-
 class SweepRunRecord(SQLModel, table=True):
     """One run of a sweep file (e.g. one night): the expanded matrix, and its summary when done.
 
@@ -213,18 +181,6 @@ class ImportRecord(SQLModel, table=True):
     studies: int = 0
     trials: int = 0
     imported_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
-
-
-class JobStatus:
-    """Background job states (``POST /v1/studies``). ``queued`` and ``running`` are active."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    ALL = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
-    ACTIVE = (QUEUED, RUNNING)
 
 
 class JobRecord(SQLModel, table=True):

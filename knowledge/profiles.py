@@ -23,15 +23,19 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import JSON, Column
 from sqlmodel import Field, Session, SQLModel, select
 
 from advisor.errors import StoreError
-from knowledge.batch_sim import BatchModel, Frontend, StepModel
 from knowledge.models import UTCDateTime, utcnow
 from knowledge.store import TrialStore
+
+if TYPE_CHECKING:
+    # The simulator (numpy) is imported where a profile becomes a model: every command that
+    # opens a store imports this module (knowledge/transfer.py), and few of them simulate.
+    from knowledge.batch_sim import BatchModel
 
 __all__ = ["PROFILE_FORMAT", "HardwareProfile", "HardwareProfileRecord", "export_profile_lines",
            "find_profile", "import_profile_rows", "is_profile_row", "list_profiles",
@@ -90,6 +94,8 @@ class HardwareProfile:
 
     def batch_model(self) -> BatchModel:
         """The simulator's model this profile pinned."""
+        from knowledge.batch_sim import BatchModel, Frontend, StepModel
+
         return BatchModel(StepModel(self.fixed_ms, self.per_sequence_ms,
                                     self.per_prefill_token_ms),
                           dict(self.offsets_ms), Frontend(self.frontend_token_ms))

@@ -12,6 +12,7 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from advisor.errors import SearchSpaceError, did_you_mean
+from search_spaces.fast_yaml import safe_load
 from search_spaces.knobs import Knob, parse_flags
 
 __all__ = ["KNOB_ROLES", "SPACES_DIR", "SearchSpace", "load_space", "machine_value",
@@ -126,7 +127,7 @@ class SearchSpace:
     def from_file(cls, path: Path) -> SearchSpace:
         """Load and validate a YAML file; errors name the file and the broken field."""
         try:
-            data = yaml.safe_load(path.read_text())
+            data = safe_load(path.read_text())
         except OSError as exc:
             raise SearchSpaceError(f"cannot read search space {path}: {exc.strerror}") from None
         except yaml.YAMLError as exc:

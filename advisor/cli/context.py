@@ -24,15 +24,16 @@ from advisor.errors import AdvisorError, InputError, WorkloadError
 from advisor.inputs import check_label, check_numbers
 from advisor.model_config import describe, shape_option
 from advisor.presets import resolve_workload
-from advisor.settings import Settings
 from objectives.llm.models import MODEL_SHAPES
 from objectives.registry import TARGETS
 from objectives.target import Target
 from objectives.workload import Workload
 
 if TYPE_CHECKING:
-    # The store and the fitted models are imported by the functions that open them: `--help`
-    # and the commands that never touch them do not pay for the surrogate stack.
+    # The settings (pydantic-settings), the store and the fitted models are imported by the
+    # functions that build or open them: `--help`, a usage error and the commands that never
+    # touch them do not pay for pydantic or the surrogate stack.
+    from advisor.settings import Settings
     from knowledge import TrialStore
     from knowledge.cache import KnowledgeModels
 
@@ -65,6 +66,8 @@ class State:
 
 def cli_settings() -> Settings:
     """The settings from the environment, with ``--db-url`` applied."""
+    from advisor.settings import Settings
+
     settings = Settings()
     if State.db_url:
         settings = settings.model_copy(update={"db_url": State.db_url})

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from advisor.cli.context import CSV_HELP, WIDE_HELP, choice, cli_store, err, one_line, out
 from advisor.cli.render import compact_config, emit_table, fmt_value, print_json, table_format
-from knowledge import TrialFilter, TrialStatus
+from knowledge.statuses import TrialStatus
 from knowledge.validity import invalid_reason, validity_of
 from objectives import parse_slo
 
@@ -66,6 +66,8 @@ def trials_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="All fields, as JSON.")] = False,
 ) -> None:
     """List stored trials (failed ones show their reason)."""
+    from knowledge.store import TrialFilter
+
     store = cli_store()
     matching = store.list_trials(TrialFilter(target=target, study=study, status=status,
                                              feasible=feasible, hardware_key=hardware))

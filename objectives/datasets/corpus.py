@@ -28,6 +28,7 @@ __all__ = [
     "CORPUS_NAME",
     "MIN_WORDS",
     "corpus_provenance",
+    "holds",
     "load_passages",
     "passages_sha256",
     "stdlib_dir",
@@ -127,26 +128,59 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Scan:
+    """The stdlib read file by file, only as far as asked: a workload check needs to know that
+    the corpus holds ``n`` passages (:func:`holds`), and ``stdlib-docs-2k`` finds its 2,100 in
+    the first quarter of the files; a second request carries on where the first stopped, so
+    nothing is parsed twice. Passages are kept in the order found; :func:`_corpus` sorts them."""
+
+    def __init__(self, root: Path) -> None:
+        self._files = _source_files(root)
+        self._seen: set[str] = set()
+        self.found: list[str] = []
+        self.done = False
+
+    def until(self, n: int | None) -> None:
+        """Read on until ``n`` passages are found (``None``: every file)."""
+        with _cyclic_gc_paused():
+            while not self.done and (n is None or len(self.found) < n):
+                path = next(self._files, None)
+                if path is None:
+                    self.done = True
+                    self._seen.clear()  # the found list holds them; no file is left to dedupe
+                    break
+                for doc in _docstrings(path):
+                    for text in _paragraphs(doc):
+                        if len(text.split()) >= MIN_WORDS and text not in self._seen:
+                            self._seen.add(text)
+                            self.found.append(text)
+
+
 @lru_cache(maxsize=1)
-def _corpus() -> tuple[str, ...]:
+def _scan() -> _Scan:
     root = stdlib_dir()
     if not root.is_dir():
         raise DataError(
             f"the standard-library sources are not at {root}; cannot build {CORPUS_NAME}"
         )
-    seen: set[str] = set()
-    passages: list[str] = []
-    with _cyclic_gc_paused():
-        for path in _source_files(root):
-            for doc in _docstrings(path):
-                for text in _paragraphs(doc):
-                    if len(text.split()) >= MIN_WORDS and text not in seen:
-                        seen.add(text)
-                        passages.append(text)
-    if not passages:
-        raise DataError(f"no docstring passages found under {root}")
-    passages.sort(key=lambda text: hashlib.sha256(text.encode()).digest())
-    return tuple(passages)
+    return _Scan(root)
+
+
+@lru_cache(maxsize=1)
+def _corpus() -> tuple[str, ...]:
+    scan = _scan()
+    scan.until(None)
+    if not scan.found:
+        raise DataError(f"no docstring passages found under {stdlib_dir()}")
+    return tuple(sorted(scan.found, key=lambda text: hashlib.sha256(text.encode()).digest()))
+
+
+def holds(n: int) -> bool:
+    """Whether the corpus has at least ``n`` passages, reading only as much of the stdlib as that
+    takes (the whole of it when it has fewer)."""
+    scan = _scan()
+    scan.until(n)
+    return len(scan.found) >= n
 
 
 def load_passages(limit: int | None = None) -> list[str]:

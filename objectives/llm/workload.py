@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 
 from advisor.errors import WorkloadError
 from objectives.llm.models import N_SPECIAL_TOKENS
 from objectives.llm.requests import RequestSpec
 from objectives.workload import Workload
+from search_spaces.fast_yaml import safe_load
 
 __all__ = [
     "CPU_PRESETS",
@@ -628,7 +628,7 @@ def _preset_document(name: str) -> dict[str, Any]:
     with presets thousands of times (the consistency audit parsed them 3,918 times, 15 of its
     114 s), and the files ship with the package. Callers copy it before use."""
     text = resources.files("objectives").joinpath("workloads", f"{name}.yaml").read_text()
-    return yaml.safe_load(text)
+    return safe_load(text)
 
 
 def cpu_scaled(workload: Workload) -> Workload:

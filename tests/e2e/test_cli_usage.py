@@ -59,10 +59,10 @@ def test_debug_shows_the_traceback() -> None:
         main(["--debug", "tune", "--no-such-option"])
 
 
-def _advisor(*args: str, tmp_path: Path, columns: int = 80) -> subprocess.CompletedProcess:
+def _advisor(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "ADVISOR_DB_URL": f"sqlite:///{tmp_path / 'a.db'}",
            "ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "ADVISOR_IMPORT_SHIPPED": "false",
-           "COLUMNS": str(columns)}
+           "COLUMNS": "80"}
     return subprocess.run([sys.executable, "-m", "advisor", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
@@ -106,15 +106,23 @@ def test_version(tmp_path: Path) -> None:
     (["knowledge", "eval", "--help"], ["config|instance|workload"]),
     (["sweep", "run", "--help"], ["local|ray"]),
 ])
-def test_help_lists_the_choices(args: list[str], shown: list[str], tmp_path: Path) -> None:
-    done = _advisor(*args, tmp_path=tmp_path, columns=200)
-    assert done.returncode == 0, done.stderr
+def test_help_lists_the_choices(args: list[str], shown: list[str],
+                                capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process: the help text is the point, not the process (test_version and the
+    # bad-usage cases above keep the console script's own exit codes).
+    monkeypatch.setenv("COLUMNS", "200")
+    try:
+        main(args)
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    stdout = capsys.readouterr().out
     for text in shown:
-        assert text in done.stdout, (text, done.stdout)
+        assert text in stdout, (text, stdout)
     if "tpe|gp|random" in shown:
-        sampler = next(line for line in done.stdout.splitlines() if "--sampler" in line)
+        sampler = next(line for line in stdout.splitlines() if "--sampler" in line)
         assert "<str>" not in sampler
-    assert "--timeout" not in done.stdout.replace("--trial-timeout", "")  # the alias is hidden
+    assert "--timeout" not in stdout.replace("--trial-timeout", "")  # the alias is hidden
 
 
 @pytest.mark.parametrize("command", [(), *COMMANDS], ids=lambda c: " ".join(c) or "advisor")

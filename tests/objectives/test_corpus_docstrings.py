@@ -4,6 +4,7 @@ only: exactly the module, class and function nodes :func:`ast.walk` finds, where
 from __future__ import annotations
 
 import ast
+import hashlib
 import textwrap
 
 from objectives.datasets import corpus
@@ -110,3 +111,19 @@ def test_the_parse_pauses_the_cyclic_gc_and_restores_its_state() -> None:
         gc.enable()
     corpus._corpus.cache_clear()
     assert len(corpus.load_passages()) > 0 and gc.isenabled()
+
+
+def test_a_read_stopped_early_and_resumed_gives_the_whole_corpus() -> None:
+    scan = corpus._Scan(corpus.stdlib_dir())
+    scan.until(10)
+    assert len(scan.found) >= 10 and not scan.done  # the check stopped before the last file
+    scan.until(None)
+    assert scan.done
+    resumed = tuple(sorted(scan.found, key=lambda text: hashlib.sha256(text.encode()).digest()))
+    assert resumed == tuple(corpus.load_passages())
+
+
+def test_the_corpus_holds_exactly_its_passages() -> None:
+    n = len(corpus.load_passages())
+    assert corpus.holds(1) and corpus.holds(n)
+    assert not corpus.holds(n + 1)
