@@ -17,7 +17,7 @@ workload's format.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -148,14 +148,19 @@ def _meets(prediction: Prediction, slo: Mapping[str, float], side: str) -> bool:
 def capacity_at_slo(profile: HardwareProfile, streams_at: StreamsAt, slo: Mapping[str, float],
                     *, low_rps: float, high_rps: float, slots: int | None = None,
                     token_budget: int | None = None, effect: KnobEffect | None = None,
-                    tolerance: float = 0.02) -> Capacity:
+                    tolerance: float = 0.02,
+                    predictions: MutableMapping[float, Prediction] | None = None) -> Capacity:
     """The highest rate in [``low_rps``, ``high_rps``] whose prediction meets ``slo``
     (bisection to ``tolerance`` relative; the figures rise with the rate), for the predicted
     values and for each interval bound. A side that fails already at ``low_rps`` reads
-    ``low_rps``'s lower neighbour 0; one that holds at ``high_rps`` reads ``high_rps``."""
+    ``low_rps``'s lower neighbour 0; one that holds at ``high_rps`` reads ``high_rps``.
+
+    ``predictions``: the predictions by rate of this profile, stream source, batch limits and
+    effect made so far, read and added to; a caller bisecting several SLOs of one config passes
+    one mapping to them all (every bisection starts at the same rates)."""
     if not 0 < low_rps < high_rps:
         raise ValueError(f"`0 < low_rps < high_rps` must hold, got {low_rps}, {high_rps}")
-    cache: dict[float, Prediction] = {}
+    cache: MutableMapping[float, Prediction] = {} if predictions is None else predictions
 
     def at(rate: float) -> Prediction:
         if rate not in cache:

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import JSON, Column
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, func, select
 
 from advisor.errors import StoreError
 from knowledge.models import UTCDateTime, utcnow
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PROFILE_FORMAT", "HardwareProfile", "HardwareProfileRecord", "export_profile_lines",
            "find_profile", "import_profile_rows", "is_profile_row", "list_profiles",
-           "profile_line", "save_profile"]
+           "profile_line", "profiles_version", "save_profile"]
 
 #: The JSONL format of a profile line in a knowledge export (trial lines have their own).
 PROFILE_FORMAT = "slo-advisor-profile/1"
@@ -175,6 +175,17 @@ def list_profiles(store: TrialStore, *, target: str | None = None, model: str | 
         rows = s.exec(q.order_by(HardwareProfileRecord.created_at,  # type: ignore[arg-type]
                                  HardwareProfileRecord.id)).all()  # type: ignore[arg-type]
         return [HardwareProfile.from_json(r.document) for r in rows]
+
+
+def profiles_version(store: TrialStore) -> tuple[int, int]:
+    """The stored profiles' count and newest id (one aggregate query): profiles are only ever
+    added (:func:`save_profile` and the imports skip a ``uid`` present), so this pair changes
+    whenever :func:`list_profiles` could answer differently, and a caller may keep what it read
+    for as long as the pair holds."""
+    _ensure_table(store)
+    with store.session() as s:
+        count, newest = s.exec(select(func.count(), func.max(HardwareProfileRecord.id))).one()
+    return int(count or 0), int(newest or 0)
 
 
 def find_profile(store: TrialStore, *, target: str, model: str, hardware: str

@@ -194,12 +194,38 @@ def faiss_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = run_dir(tmp_path_factory, "faiss-cache")
     if importlib.util.find_spec("faiss") is None:
         return path  # the tests that need it skip
+    from advisor.errors import DataError
+    from objectives.datasets.vectors import load_dataset
     from objectives.targets.faiss_target import FaissTarget
 
     target = FaissTarget()
-    with _file_lock(path.parent / "faiss-cache.lock"):
-        target.prepare(target.named_workloads()["stdlib-docs-2k"], path)
+    workload = target.named_workloads()["stdlib-docs-2k"]
+    with _file_lock(path.parent / "faiss-cache.lock"), contextlib.ExitStack() as stack:
+        try:
+            load_dataset(workload.params, path)  # another worker built it
+        except DataError:
+            if os.environ.get("PYTEST_XDIST_WORKER"):
+                stack.enter_context(_one_torch_thread())
+        target.prepare(workload, path)
     return path
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """torch on one thread inside (its own count restored after), for the corpus embedding
+    under pytest-xdist: three workers share two cores there, and torch's two threads waiting
+    on each other for a core cost CPU time: 2,100 passages took 55 and 44 CPU-s on two threads
+    with the cores shared, 40 and 39 on one (the same embeddings to the bit on this 2-core VM;
+    thread counts change only the order of float sums, within float tolerance anywhere); a
+    faiss test building the session cache alone on one worker: 74 and 78 CPU-s, 56 and 56."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ from knowledge.calibrated import (
     predict,
     replicas_for,
 )
-from knowledge.profiles import HardwareProfile, list_profiles
+from knowledge.profiles import HardwareProfile, list_profiles, profiles_version
 from knowledge.surrogates import workload_distance, workload_features
 from objectives import SLO
 from objectives.metrics import metric_spec
@@ -161,6 +161,19 @@ def _remembered(cache: dict[Any, Any], key: Any, limit: int, compute: Callable[[
 _TRIALS: dict[tuple[Any, ...], tuple[TrialRecord, ...]] = {}
 
 
+def _target_profiles(store: TrialStore, target: str) -> list[HardwareProfile]:
+    """``list_profiles(store, target=target)`` (oldest first), read once per store contents (its
+    profiles' count and newest id): every answer not asked as measured looks for a calibration,
+    and reading and parsing the profiles' documents again was 5 % of the consistency audit."""
+    memo = (store.url, profiles_version(store), target)
+    return list(_remembered(_PROFILES, memo, 64,
+                            lambda: tuple(list_profiles(store, target=target))))
+
+
+#: Profiles already read in this process (see :func:`_target_profiles`).
+_PROFILES: dict[tuple[Any, ...], tuple[HardwareProfile, ...]] = {}
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The profile an answer predicts with, and how it was come by: the asked model's own
@@ -190,8 +203,8 @@ def calibration_profile(store: TrialStore, *, engine: Target, model: str | None,
     (:func:`shape_transferred`), else None."""
     if model is None or hardware is None:
         return None
-    found = [p for p in list_profiles(store, target=engine.name, model=model)
-             if _matches(p, hardware)]
+    found = [p for p in _target_profiles(store, engine.name)
+             if p.model == model and _matches(p, hardware)]
     if found:
         profile = found[-1]
         if not _too_few_configs(store, engine, profile.hardware_key, model):
@@ -215,7 +228,7 @@ def shape_transferred(store: TrialStore, *, engine: Target, model: str, hardware
     profiles of both (the newest such pair), the offsets and the frontend kept (the same server);
     its error the three calibrations' errors added in quadrature (how far the ratio itself moves
     between GPUs is not measured). None where no such pair exists."""
-    profiles = list_profiles(store, target=engine.name)
+    profiles = _target_profiles(store, engine.name)
     for base in reversed([p for p in profiles if _matches(p, hardware) and p.model != model]):
         pairs = [(a, b) for a in profiles for b in profiles
                  if a.hardware_key == b.hardware_key != base.hardware_key
@@ -252,7 +265,7 @@ def missing_calibration(store: TrialStore, *, engine: Target, model: str | None,
     calibration to run (a note for a not-covered answer); else None."""
     if model is None or hardware is None:
         return None
-    here = sorted({p.model for p in list_profiles(store, target=engine.name)
+    here = sorted({p.model for p in _target_profiles(store, engine.name)
                    if _matches(p, hardware) and p.model != model})
     if not here:
         return None
@@ -449,9 +462,26 @@ def knob_effects(store: TrialStore, engine: Target, profile: HardwareProfile,
 
 
 #: Simulations and carried effects already computed in this process: an answer asks the same
-#: ones for every SLO at a rate (the consistency audit asks hundreds of answers).
-_PREDICTIONS: dict[tuple[Any, ...], Prediction] = {}
+#: ones for every SLO at a rate (the consistency audit asks hundreds of answers). Predictions
+#: are kept per config (profile, batch limits, carried effect), then by rate.
+_PREDICTIONS: dict[tuple[Any, ...], dict[float, Prediction]] = {}
 _EFFECTS: dict[tuple[Any, ...], list[CarriedConfig]] = {}
+#: Rates kept per config before its predictions are dropped (a server asked of many rates).
+_RATES_KEPT = 4096
+
+
+def _predictions_of(profile: HardwareProfile, slots: int | None, budget: int | None,
+                    effect: KnobEffect | None) -> dict[float, Prediction]:
+    """The predictions made in this process of one config on ``profile``, by arrival rate:
+    an answer's own rate and every rate a capacity bisection tried. Each bisection of a config
+    starts at the same rates whatever the SLO, and an answer at a rate is asked once per SLO;
+    both read one simulation of a rate (every prediction here replays the profile's probe
+    streams at that rate, :func:`answer_from_calibration`)."""
+    by_rate = _remembered(_PREDICTIONS, (profile.uid, slots, budget, repr(effect)), 256,
+                          dict)
+    if len(by_rate) > _RATES_KEPT:
+        by_rate.clear()
+    return by_rate
 
 
 def _knob_effects_cached(store: TrialStore, engine: Target, profile: HardwareProfile,
@@ -507,7 +537,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         slots, budget = _limits(engine, config)
         # One simulation per config and rate, whatever the SLO asked.
         predicted = _remembered(
-            _PREDICTIONS, (profile.uid, rate, slots, budget, repr(effect)), 4096,
+            _predictions_of(profile, slots, budget, effect), rate, _RATES_KEPT,
             functools.partial(predict, profile, streams, rate_rps=rate, slots=slots,
                               token_budget=budget, effect=effect))
         said = note if effect is None else (
@@ -578,7 +608,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
                 low_rps, high_rps)
         cap = _remembered(_CAPACITIES, memo, 4096, lambda: capacity_at_slo(
             profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps, high_rps=high_rps,
-            slots=slots, token_budget=budget, effect=effects[i]))
+            slots=slots, token_budget=budget, effect=effects[i],
+            predictions=_predictions_of(profile, slots, budget, effects[i])))
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None

@@ -28,6 +28,7 @@ from knowledge.calibrated import (
     LABEL,
     Capacity,
     KnobEffect,
+    Prediction,
     StreamsAt,
     capacity_at_slo,
     predict,
@@ -38,6 +39,7 @@ from knowledge.profiles import (
     HardwareProfile,
     find_profile,
     list_profiles,
+    profiles_version,
     save_profile,
 )
 from knowledge.transfer import export_jsonl, import_jsonl, read_trials_text
@@ -89,7 +91,13 @@ def test_a_probe_of_one_window_is_refused() -> None:
 def test_profiles_round_trip_through_export_and_import(tmp_path: Path,
                                                        stored: HardwareProfile) -> None:
     source = TrialStore(f"sqlite:///{tmp_path / 'a.db'}")
-    assert save_profile(source, stored) and not save_profile(source, stored)
+    empty = profiles_version(source)
+    assert save_profile(source, stored)
+    # What answers key their memo of the profiles on: it moves with every profile added and
+    # holds while an import adds none.
+    once = profiles_version(source)
+    assert once != empty and not save_profile(source, stored)
+    assert profiles_version(source) == once
     buf = io.StringIO()
     export_jsonl(source, buf)
     lines = buf.getvalue().splitlines()
@@ -149,6 +157,24 @@ def test_capacity_brackets_the_slo_and_replicas_follow(stored: HardwareProfile) 
     assert r.count == 10 and r.low is not None and r.high is not None
     assert r.low <= r.count <= r.high
     assert replicas_for(5.0, Capacity(0.0, 0.0, 1.0)).count is None
+
+
+def test_bisections_sharing_their_predictions_find_the_same_capacities(
+        stored: HardwareProfile) -> None:
+    """Answers pass one mapping of predictions by rate to every SLO's bisection of a config:
+    each finds what it finds alone, and the later ones reuse the earlier ones' rates."""
+    at = _chat_streams(stored)
+    slos = [SLO, {"tpot_p95_ms": 40.0}]
+    alone = [capacity_at_slo(stored, at, s, low_rps=2.0, high_rps=300.0, tolerance=0.05)
+             for s in slos]
+    shared: dict[float, Prediction] = {}
+    first = capacity_at_slo(stored, at, slos[0], low_rps=2.0, high_rps=300.0, tolerance=0.05,
+                            predictions=shared)
+    tried = len(shared)
+    second = capacity_at_slo(stored, at, slos[1], low_rps=2.0, high_rps=300.0, tolerance=0.05,
+                             predictions=shared)
+    assert [first, second] == alone
+    assert {2.0, 300.0} <= set(shared) and len(shared) < 2 * tried
 
 
 def test_window_noise_pools_repeated_windows_only() -> None:
