@@ -262,6 +262,14 @@ class ManagedServer:
                     )
                 time.sleep(poll_interval_s)
 
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """Whether the server answers 200 on its health path now (one try)."""
+        try:
+            with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+                return client.get(f"{self.base_url}{self.health_path}").status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM the server's process group, SIGKILL it after ``grace_s``; returns the exit code.
 

@@ -302,9 +302,12 @@ class ServingTarget(GoodputFromSLO, Target):
                     running.check_alive(workloads[index].name)
                     metrics, details = self.measure(running, one)
                 except Exception as exc:
+                    failure = self.exited_during(running, workloads[index].name, exc)
                     if index == 0:
-                        raise
-                    measured.append(exc)  # a later workload fails alone; keep the rest
+                        if failure is exc:
+                            raise
+                        raise failure from exc
+                    measured.append(failure)  # a later workload fails alone; keep the rest
                     continue
                 measured.append((metrics, details, time.perf_counter() - began))
                 if shortcuts and len(details.get("validity_attempts", ())) > 1:
@@ -328,6 +331,29 @@ class ServingTarget(GoodputFromSLO, Target):
             results.append(Measurement(metrics=metrics, engine_versions=running.versions,
                                        details=details, duration_s=duration_s))
         return results
+
+    def exited_during(self, running: RunningServer, what: str, exc: Exception,
+                      *, grace_s: float = 5.0) -> Exception:
+        """``exc`` (a window that failed) blamed on the engine where its server exited while
+        ``what`` was measured: an :class:`EngineStartError` naming the exit code and the root
+        cause its log gives, so the trial is stored as the config's own failure
+        (``engine_start``, which the failure model learns from) with the engine's reason, not
+        as the client's connection errors. A server dying when the window failed may still be
+        exiting: it gets ``grace_s`` to do so. ``exc`` itself otherwise."""
+        if isinstance(exc, EngineStartError | NotMeasuredError):
+            return exc
+        if running.server.returncode is None and running.server.answers():
+            return exc  # the server is up: the window failed for a reason of its own
+        deadline = time.monotonic() + grace_s
+        while running.server.returncode is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        code = running.server.returncode
+        if code is None:
+            return exc
+        cause = root_cause(running.server.log_tail(ROOT_CAUSE_LOG_CHARS))
+        return EngineStartError(
+            f"{self.engine_server.label} exited (code {code}) while workload {what!r} was "
+            f"measured" + (f": {cause}" if cause else "") + f"; the client saw: {exc}")
 
     def load_series(self, workloads: Sequence[Workload], cache_dir: Path
                     ) -> list[ServingWorkload]:

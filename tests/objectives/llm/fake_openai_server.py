@@ -18,6 +18,8 @@ prompts its tokenizer reads as empty ("The decoder prompt cannot be empty").
 ``$FAKE_SERVER_ENV_RECORD`` names a file each start appends its environment to (one JSON object
 a line), so tests can see what a server was started with; with ``$FAKE_SERVER_COMPILE`` set, a
 start writes a file into ``$VLLM_CACHE_ROOT`` as vLLM's torch.compile does.
+``$FAKE_SERVER_DIE_AFTER`` = N: the N-th completion request makes the server print an engine
+core error and exit (code 1), as vLLM does when its engine dies mid-run (e.g. out of memory).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Metrics:
 
 class Handler(http.server.BaseHTTPRequestHandler):
     served_model = "model"
+    completions = 0  # completion requests seen (FAKE_SERVER_DIE_AFTER)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -123,6 +126,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(json.dumps({"error": {"message": refusal, "type": "BadRequestError",
                                                    "code": 400}}).encode())
             return
+        if (die_after := os.environ.get("FAKE_SERVER_DIE_AFTER")) is not None:
+            with Metrics.lock:
+                Handler.completions += 1
+                if Handler.completions >= int(die_after):
+                    print("(EngineCore pid=7) torch.OutOfMemoryError: CUDA out of memory. "
+                          "Tried to allocate 2.00 GiB", flush=True)
+                    os._exit(1)
         if self.path != "/v1/completions" or body.get("model") != self.served_model \
                 or body.get("ignore_eos") is not True:
             self.send_response(400)

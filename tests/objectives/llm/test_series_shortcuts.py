@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from advisor.errors import NotMeasuredError
+from advisor.errors import EngineStartError, NotMeasuredError, TrialFailedError
 from objectives import parse_slo
 from objectives.llm.client import FAULT_STALL_ENV
 from objectives.llm.early_stop import SHORTCUTS_ENV
 from objectives.llm.workload import at_rate
 from objectives.measurement import Measurement
+from objectives.runner import error_type_of
 from objectives.targets.vllm_target import VllmTarget
 from tests.objectives.llm.stand_in import short_workload
 
@@ -91,3 +92,26 @@ def test_client_processes_carry_forward_after_the_gate_re_measured(
     assert attempts[0] == [1, 2]
     # The next window starts where the first one ended (else from its own 1 again).
     assert attempts[1][0] == (2 if shortcuts else 1)
+
+
+def test_a_server_that_dies_mid_window_fails_the_trial_with_the_engines_reason(
+        fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H100 (2026-12-07, trial #12 of docs/benchmarks/h100-study-2026-12-07) a server
+    that stopped answering mid-window was stored as the client's "all 480 requests failed
+    (ConnectError ...)", an advisor error the failure model ignores. A server that exited is the
+    config's own failure: `engine_start`, with its exit code and the log's root cause."""
+    monkeypatch.setenv("FAKE_SERVER_DIE_AFTER", "3")  # past the warm-up, inside the window
+    base = short_workload(30, 50.0)
+    with pytest.raises(EngineStartError) as failed:
+        VllmTarget().run_series({}, [base, at_rate(base, 100.0, seed_offset=1)],
+                                tmp_path / "cache")
+    assert error_type_of(failed.value) == "engine_start"
+    assert "exited (code 1)" in str(failed.value), failed.value
+    assert "CUDA out of memory" in str(failed.value), failed.value
+
+
+def test_a_window_that_fails_while_the_server_is_up_keeps_its_own_reason(
+        fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SERVER_REFUSE", "The decoder prompt cannot be empty")
+    with pytest.raises(TrialFailedError, match="decoder prompt cannot be empty"):
+        VllmTarget().run_series({}, [short_workload(10, 50.0)], tmp_path / "cache")
