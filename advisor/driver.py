@@ -36,12 +36,10 @@ from optuna.exceptions import StorageInternalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from advisor import __version__, pairing, recovery
-from advisor.answers.headroom import FRESH_BUILD
 from advisor.budget import SEARCH, BudgetTally
 from advisor.disk_reserve import DiskReserve
 from advisor.errors import (
     AdvisorError,
-    SearchSpaceError,
     StoreError,
     StudyError,
     TrialTakenError,
@@ -68,10 +66,11 @@ from advisor.study_spec import (
     StoredStudy,
     StudySpec,
     co_studies_of,
+    complete_enqueued,
     gate_settings,
 )
 from advisor.swept_trials import chosen_point
-from advisor.trial_records import config_hash, new_trial_record, trial_hardware_key
+from advisor.trial_records import FRESH_BUILD, config_hash, new_trial_record, trial_hardware_key
 from knowledge import SLOMarginRecord, StudyRecord, TrialRecord, TrialStatus, TrialStore
 from knowledge.failures import DEFAULT_THRESHOLD, PREDICTED_FAILURE
 from knowledge.leases import StudyLease
@@ -83,7 +82,6 @@ from objectives.hardware import fingerprint
 from objectives.registry import get_target
 from objectives.target import Target
 from objectives.workload import canonical_json
-from search_spaces import SearchSpace
 
 __all__ = ["DASHBOARD_CONSTRAINTS_KEY", "DEFAULT_SAMPLER", "SAMPLERS", "CoMeasured", "JoinResult",
            "StorageFailure", "StudyDriver", "StudyReporter", "StudyResult", "StudySpec",
@@ -218,24 +216,6 @@ def default_agrees(default: Mapping[str, Any], fixed: Mapping[str, Any]) -> bool
     """Whether the engine default is consistent with a study's fixed knobs (only then is it
     measured in that study): every fixed knob the default sets has the fixed value."""
     return all(default.get(k, v) == v for k, v in fixed.items())
-
-
-def complete_enqueued(space: SearchSpace, fixed: Mapping[str, Any],
-                      enqueued: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each enqueued (possibly partial) config completed with the engine defaults and checked
-    against ``space`` and the study's ``fixed`` knobs; raises :class:`SearchSpaceError` naming
-    the config (1-based) and what is wrong with it."""
-    configs = []
-    for position, partial in enumerate(enqueued, start=1):
-        clashes = {k: v for k, v in partial.items() if k in fixed and fixed[k] != v}
-        if clashes:
-            raise SearchSpaceError(f"enqueued config {position} sets {clashes}, but the study "
-                                   f"fixes {dict(fixed)}")
-        try:
-            configs.append(space.validate_config({**fixed, **partial}, fill_defaults=True))
-        except SearchSpaceError as exc:
-            raise SearchSpaceError(f"enqueued config {position}: {exc}") from None
-    return configs
 
 
 class StudyDriver:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor.study_spec import GATE_KEY, check_threshold
 from knowledge import TrialStore
 from knowledge.failures import (
     DEFAULT_FAMILY,
@@ -47,7 +48,7 @@ __all__ = ["DEFAULT_THRESHOLD", "PREDICTED_FAILURE", "PROVENANCE_KEY", "FailureG
 log = logging.getLogger(__name__)
 
 #: The study provenance key the gate's settings are recorded under (``enabled``, ``threshold``).
-PROVENANCE_KEY = "failure_gate"
+PROVENANCE_KEY = GATE_KEY
 #: A fitted model is refitted when the config failures stored grew by this share (at least one)
 #: or the labelled trials by this share (at least REFIT_MIN_NEW): each fit cross-validates,
 #: which takes seconds on a thousand trials, and one more measured config rarely moves a
@@ -73,13 +74,6 @@ def shape_features(model: str) -> dict[str, float] | None:
     return {"model_params": float(parameter_count(config)),
             "model_layers": float(config["num_hidden_layers"]),
             "model_hidden": float(config["hidden_size"])}
-
-
-def check_threshold(threshold: float) -> float:
-    """``threshold`` when it is a probability a skip can be decided at (0 < p <= 1)."""
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"`0 < failure threshold <= 1` must hold, but got {threshold}")
-    return threshold
 
 
 # -- fitted models, shared within the process ----------------------------------------------------

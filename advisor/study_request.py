@@ -13,27 +13,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.driver import CoMeasured, StudySpec, complete_enqueued
 from advisor.errors import SearchSpaceError, StudyError, did_you_mean
 from advisor.front_door import DEFAULT_TRIALS, Door
 from advisor.inputs import check_numbers, check_study_name, requested_slo
 from advisor.objective import Objective
 from advisor.presets import resolve_workload
 from advisor.samplers import DEFAULT_SAMPLER, SAMPLERS
-from advisor.study_spec import StoredStudy
-from knowledge import StudyRecord, TrialStore
-from knowledge.failures import DEFAULT_THRESHOLD
+from advisor.study_spec import CoMeasured, StoredStudy, StudySpec, complete_enqueued
+from knowledge.model_choices import DEFAULT_FAILURE_THRESHOLD as DEFAULT_THRESHOLD
 from objectives import SLO
-from objectives.llm.workload import KIND as LLM_KIND
-from objectives.llm.workload import at_rate
 from objectives.registry import get_target
 from objectives.target import Target
 from objectives.workload import Workload
 from search_spaces import SearchSpace
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is opened only once a request passes its checks
+    from knowledge import StudyRecord, TrialStore
 
 __all__ = ["DEFAULT_SAMPLER", "DEFAULT_TRIALS", "Door", "StudyPlan", "StudyRequest",
            "check_sampler", "default_study_name", "plan_study", "resolve_objective",
@@ -131,11 +130,13 @@ def default_study_name(target: str, wl: Workload, slo: str, objective: str) -> s
     return f"{target}-{wl.name}-{digest}"
 
 
-def plan_study(request: StudyRequest, store: TrialStore | None = None) -> StudyPlan:
+def plan_study(request: StudyRequest,
+               store: TrialStore | Callable[[], TrialStore] | None = None) -> StudyPlan:
     """Check ``request`` and plan it; raises an :class:`~advisor.errors.AdvisorError` subclass
     naming what is wrong. Without ``store`` only the request itself is checked (a sweep file
     when it is loaded); with it, also the name against the stored studies and a resume against
-    the study it continues."""
+    the study it continues. ``store`` may be a function opening it, called once the request
+    itself passed its checks: a bad request then opens no store (nor loads its libraries)."""
     target = get_target(request.target)
     slo = resolve_slo(target, request.slo or None)
     objective = resolve_objective(target, request.objective or None)
@@ -144,6 +145,8 @@ def plan_study(request: StudyRequest, store: TrialStore | None = None) -> StudyP
     sampler = check_sampler(request.sampler or DEFAULT_SAMPLER)
     name = request.name or default_study_name(request.target, wl, str(slo), str(objective))
     co_measured = _co_measured(request, name, wl)
+    if callable(store):
+        store = store()
     stored = store.get_study(name) if store is not None else None
     if request.name and request.user_named and (store is None or stored is None):
         check_study_name(request.name)  # a new study's name: a plain word
@@ -261,6 +264,11 @@ def _co_measured(request: StudyRequest, name: str, wl: Workload) -> tuple[CoMeas
     rates = list(request.also_rates)
     if not rates:
         return ()
+    # Here, not at import: the LLM workloads load numpy, which checking a vector-search study
+    # request has no use for.
+    from objectives.llm.workload import KIND as LLM_KIND
+    from objectives.llm.workload import at_rate
+
     flag = request.door.also_rate
     if wl.kind != LLM_KIND:
         raise StudyError(f"{flag} needs an {LLM_KIND!r} workload (an LLM serving "

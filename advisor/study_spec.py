@@ -13,25 +13,40 @@ of the document, never read back by the driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.errors import StudyError
-from advisor.failure_gate import PROVENANCE_KEY as GATE_KEY
-from advisor.failure_gate import check_threshold
+from advisor.errors import SearchSpaceError, StudyError
 from advisor.inputs import check_label
 from advisor.objective import Objective
 from advisor.samplers import DEFAULT_SAMPLER, MAX_STARTUP, SAMPLERS
 from advisor.settings import check_paired_repeats
-from knowledge import StudyRecord
-from knowledge.failures import DEFAULT_THRESHOLD
+from knowledge.model_choices import DEFAULT_FAILURE_THRESHOLD as DEFAULT_THRESHOLD
 from objectives import SLO, Workload, parse_slo
 
-__all__ = ["CO_STUDIES_KEY", "CO_WITH_KEY", "FIXED_ATTR", "SPEC_VERSION", "STARTUP_ATTR",
-           "SWEPT_ATTR", "WARM_START_PENDING", "WARM_START_QUEUED", "CoMeasured", "StoredStudy",
-           "StudySpec", "co_studies_of",
-           "gate_settings"]
+if TYPE_CHECKING:  # the store's rows (SQLAlchemy): a request is checked without them
+    from knowledge import StudyRecord
+    from search_spaces import SearchSpace
+
+__all__ = [
+    "CO_STUDIES_KEY",
+    "CO_WITH_KEY",
+    "FIXED_ATTR",
+    "GATE_KEY",
+    "SPEC_VERSION",
+    "STARTUP_ATTR",
+    "SWEPT_ATTR",
+    "WARM_START_PENDING",
+    "WARM_START_QUEUED",
+    "CoMeasured",
+    "StoredStudy",
+    "StudySpec",
+    "check_threshold",
+    "co_studies_of",
+    "complete_enqueued",
+    "gate_settings",
+]
 
 #: Version of the settings document's layout (bumped when a key changes meaning).
 SPEC_VERSION = 1
@@ -46,6 +61,34 @@ STARTUP_ATTR = "advisor_startup_trials"
 WARM_START_PENDING, WARM_START_QUEUED = "pending", "queued"
 #: Optuna study attribute: the knobs each trial sweeps (absent or empty: none, all sampled).
 SWEPT_ATTR = "advisor_search_sweep"
+#: Provenance key of the failure gate's settings (advisor/failure_gate.py, which re-exports it as
+#: ``PROVENANCE_KEY``); kept here so checking a study request does not load the failure model.
+GATE_KEY = "failure_gate"
+
+
+def check_threshold(threshold: float) -> float:
+    """``threshold`` when it is a probability a skip can be decided at (0 < p <= 1)."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"`0 < failure threshold <= 1` must hold, but got {threshold}")
+    return threshold
+
+
+def complete_enqueued(space: SearchSpace, fixed: Mapping[str, Any],
+                      enqueued: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each enqueued (possibly partial) config completed with the engine defaults and checked
+    against ``space`` and the study's ``fixed`` knobs; raises :class:`SearchSpaceError` naming
+    the config (1-based) and what is wrong with it."""
+    configs = []
+    for position, partial in enumerate(enqueued, start=1):
+        clashes = {k: v for k, v in partial.items() if k in fixed and fixed[k] != v}
+        if clashes:
+            raise SearchSpaceError(f"enqueued config {position} sets {clashes}, but the study "
+                                   f"fixes {dict(fixed)}")
+        try:
+            configs.append(space.validate_config({**fixed, **partial}, fill_defaults=True))
+        except SearchSpaceError as exc:
+            raise SearchSpaceError(f"enqueued config {position}: {exc}") from None
+    return configs
 
 
 @dataclass(frozen=True)

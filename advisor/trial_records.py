@@ -14,7 +14,11 @@ from objectives.hardware import filed_under
 from objectives.registry import target_class
 from objectives.workload import Workload, canonical_json
 
-__all__ = ["config_hash", "new_trial_record", "trial_hardware_key"]
+__all__ = ["FRESH_BUILD", "config_hash", "new_trial_record", "trial_hardware_key"]
+
+#: Trial detail set on a trial whose build was made for it (not read from a build cache); read by
+#: advisor/answers/headroom.py. Here, not there, so running a study loads no answer planner.
+FRESH_BUILD = "fresh_build"
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

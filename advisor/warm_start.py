@@ -25,18 +25,22 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from advisor.answers.planner import ModelsSource, plan_recommendation
-from advisor.answers.request import RecommendationRequest
-from advisor.driver import StudyDriver, StudySpec, complete_enqueued, default_agrees
+from advisor.driver import StudyDriver, default_agrees
 from advisor.errors import AdvisorError
 from advisor.front_door import BEST_KNOWN
 from advisor.objective import Objective
 from advisor.settings import Settings
-from advisor.study_spec import WARM_START_PENDING, WARM_START_QUEUED, StoredStudy
+from advisor.study_spec import (
+    WARM_START_PENDING,
+    WARM_START_QUEUED,
+    StoredStudy,
+    StudySpec,
+    complete_enqueued,
+)
 from knowledge import StudyRecord, TrialFilter, TrialRecord, TrialStatus, TrialStore
 from knowledge.cache import KnowledgeModels, ModelCache
 from knowledge.profiles import list_profiles
@@ -46,6 +50,9 @@ from objectives.hardware import hardware_key as this_hardware
 from objectives.registry import get_target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
+
+if TYPE_CHECKING:  # the planner loads in planned_config: a study with no warm start skips it
+    from advisor.answers.planner import ModelsSource
 
 __all__ = [
     "BEST_KNOWN",
@@ -168,6 +175,11 @@ def planned_config(store: TrialStore, question: StudyQuestion, *, models: Models
     (a candidate's interval straddles the SLO), the candidate it would measure to decide: a
     study is that measurement. None when it recommends nothing or cannot answer yet (not an
     error: a new question may have no answer)."""
+    # Here, not at import: the planner costs a tune that computes no warm start (--resume,
+    # --no-warm-start, bad input) a fifth of a CPU-second.
+    from advisor.answers.planner import plan_recommendation
+    from advisor.answers.request import RecommendationRequest
+
     try:
         request = RecommendationRequest(
             target=question.target, slo=str(question.slo), objective=str(question.objective),

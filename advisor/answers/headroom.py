@@ -20,14 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.trial_records import FRESH_BUILD
 from knowledge import TrialRecord, TrialStatus
 from objectives.slo import SLO, Bound
 
 __all__ = ["FRESH_BUILD", "Headroom", "bound_margin", "margins_with_headroom",
            "measured_headroom"]
 
-#: Trial detail set on a trial whose build was made for it (not read from a build cache).
-FRESH_BUILD = "fresh_build"
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def positive(value: float | None) -> float | None:
 def probability(value: float | None) -> float | None:
     """Option callback: a failure threshold is a probability in (0, 1]."""
     if value is not None:
-        from advisor.failure_gate import check_threshold
+        from advisor.study_spec import check_threshold
 
         try:
             check_threshold(value)

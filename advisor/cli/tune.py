@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 import statistics
@@ -164,9 +165,7 @@ def tune_cmd(
     trial) and is stored, failed ones included. SIGTERM stops the study as Ctrl-C does: the
     running trial is stopped and recorded as interrupted, and `--resume` re-queues its config.
     """
-    from advisor.driver import StudyDriver
     from advisor.study_request import StudyRequest, plan_study
-    from advisor.warm_start import pending_warm_start, warm_start_hook
 
     if timeout is not None:
         if trial_timeout is not None:
@@ -188,7 +187,8 @@ def tune_cmd(
         updates["trial_memory_limit_mb"] = memory_limit_mb
     settings = settings.model_copy(update=updates)
     params = [*(workload_param or []), *([f"model={model}"] if model else [])]
-    store = cli_store(settings)
+    # Opened once the request itself passed its checks: bad input opens no store.
+    open_store = functools.cache(functools.partial(cli_store, settings))
     plan = plan_study(StudyRequest(
         target=target, slo=slo, objective=objective, workload=workload,
         workload_params=workload_overrides(params), trials=trials, sampler=sampler, seed=seed,
@@ -196,7 +196,12 @@ def tune_cmd(
         enqueued=parse_enqueued(enqueue or []), paired_repeats=paired_repeats,
         search_sweep=search_sweep, failure_gate=failure_gate,
         failure_threshold=failure_threshold, also_rates=tuple(also_rate or ()),
-        warm_start=warm_start, name=name, resume=resume, door=CLI_DOOR), store)
+        warm_start=warm_start, name=name, resume=resume, door=CLI_DOOR), open_store)
+    store = open_store()
+    # The engines (optuna, the warm start's planner) load only for a request that will run.
+    from advisor.driver import StudyDriver
+    from advisor.warm_start import pending_warm_start, warm_start_hook
+
     spec = plan.spec
     for line in plan.changes:  # a resume's explicit changes, one line each
         err.print(line)
@@ -441,9 +446,11 @@ def _best_repeats(result: StudyResult) -> dict[str, Any] | None:
             and arm_of(t.details) == BEST and t.config_hash == result.best.config_hash]
     if len(same) < 2:
         return None
-    from scipy.stats import t as student_t  # late: scipy costs every `advisor tune` a second
+    # scipy.special, not scipy.stats: t.ppf computes this same function (equal to the last bit
+    # for df 1 to 200), and importing scipy.stats cost a finished tune half a CPU-second more.
+    from scipy.special import stdtrit
 
-    t_crit = float(student_t.ppf(0.5 + _LEVEL / 2, len(same) - 1))
+    t_crit = float(stdtrit(len(same) - 1, 0.5 + _LEVEL / 2))
     metrics: dict[str, Any] = {}
     for m in result.best.metrics:
         values = [float(t.metrics[m]) for t in same if t.metrics.get(m) is not None]
