@@ -177,9 +177,35 @@ class RunningServer:
 
     def check_alive(self, what: str) -> None:
         """Raise :class:`EngineStartError` when the server has exited before ``what`` ran."""
-        if self.server.returncode is not None:
-            raise EngineStartError(f"{self.label} exited (code {self.server.returncode}) before "
-                                   f"workload {what!r} was measured")
+        if (error := self._exit_error(what, "before")) is not None:
+            raise error
+
+    def failure_of(self, what: str, exc: Exception, *, grace_s: float = 5.0) -> Exception:
+        """``exc`` (a window that failed) blamed on the engine where the server exited while
+        ``what`` was measured: an :class:`EngineStartError` naming the exit code and the root
+        cause its log gives, so the trial is stored as the config's own failure
+        (``engine_start``, which the failure model learns from) with the engine's reason, not
+        as the client's connection errors. A server dying when the window failed may still be
+        exiting: it gets ``grace_s`` to do so. ``exc`` itself otherwise."""
+        if isinstance(exc, EngineStartError | NotMeasuredError):
+            return exc
+        if self.server.returncode is None and self.server.answers():
+            return exc  # the server is up: the window failed for a reason of its own
+        deadline = time.monotonic() + grace_s
+        while self.server.returncode is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        error = self._exit_error(what, "while", f"; the client saw: {exc}")
+        return exc if error is None else error
+
+    def _exit_error(self, what: str, when: str, detail: str = "") -> EngineStartError | None:
+        """The server's exit as the engine's failure, ``when`` (``before`` / ``while``) ``what``
+        was measured: its exit code and the root cause its log gives; None while it runs."""
+        code = self.server.returncode
+        if code is None:
+            return None
+        cause = root_cause(self.server.log_tail(ROOT_CAUSE_LOG_CHARS))
+        return EngineStartError(f"{self.label} exited (code {code}) {when} workload {what!r} was "
+                                "measured" + (f": {cause}" if cause else "") + detail)
 
 
 class ServingTarget(GoodputFromSLO, Target):
@@ -302,7 +328,7 @@ class ServingTarget(GoodputFromSLO, Target):
                     running.check_alive(workloads[index].name)
                     metrics, details = self.measure(running, one)
                 except Exception as exc:
-                    failure = self.exited_during(running, workloads[index].name, exc)
+                    failure = running.failure_of(workloads[index].name, exc)
                     if index == 0:
                         if failure is exc:
                             raise
@@ -331,29 +357,6 @@ class ServingTarget(GoodputFromSLO, Target):
             results.append(Measurement(metrics=metrics, engine_versions=running.versions,
                                        details=details, duration_s=duration_s))
         return results
-
-    def exited_during(self, running: RunningServer, what: str, exc: Exception,
-                      *, grace_s: float = 5.0) -> Exception:
-        """``exc`` (a window that failed) blamed on the engine where its server exited while
-        ``what`` was measured: an :class:`EngineStartError` naming the exit code and the root
-        cause its log gives, so the trial is stored as the config's own failure
-        (``engine_start``, which the failure model learns from) with the engine's reason, not
-        as the client's connection errors. A server dying when the window failed may still be
-        exiting: it gets ``grace_s`` to do so. ``exc`` itself otherwise."""
-        if isinstance(exc, EngineStartError | NotMeasuredError):
-            return exc
-        if running.server.returncode is None and running.server.answers():
-            return exc  # the server is up: the window failed for a reason of its own
-        deadline = time.monotonic() + grace_s
-        while running.server.returncode is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        code = running.server.returncode
-        if code is None:
-            return exc
-        cause = root_cause(running.server.log_tail(ROOT_CAUSE_LOG_CHARS))
-        return EngineStartError(
-            f"{self.engine_server.label} exited (code {code}) while workload {what!r} was "
-            f"measured" + (f": {cause}" if cause else "") + f"; the client saw: {exc}")
 
     def load_series(self, workloads: Sequence[Workload], cache_dir: Path
                     ) -> list[ServingWorkload]:
