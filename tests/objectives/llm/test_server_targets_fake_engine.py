@@ -67,9 +67,11 @@ def test_vllm_trial_runs_isolated_and_leaves_no_server(fake_vllm: Path, tmp_path
     assert outcome.ok, outcome.reason
     assert outcome.measurement is not None
     assert outcome.measurement.metrics["requests_per_s"] > 0
-    # Every process of the fake server is gone once the trial is over.
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if str(FAKE) in " ".join(p.info["cmdline"] or [])]
+    # Every process of this trial's fake server is gone once the trial is over. Only this
+    # test's: another xdist worker may be running stand-in servers of its own tests right now.
+    leftovers = [p for p in psutil.process_iter(["cmdline", "environ"])
+                 if str(FAKE) in " ".join(p.info["cmdline"] or [])
+                 and (p.info["environ"] or {}).get("FAKE_SERVER_RECORD") == str(fake_vllm)]
     assert leftovers == []
 
 
