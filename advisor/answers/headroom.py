@@ -28,7 +28,6 @@ __all__ = ["FRESH_BUILD", "Headroom", "bound_margin", "margins_with_headroom",
            "measured_headroom"]
 
 
-
 @dataclass(frozen=True)
 class Headroom:
     """The headroom kept on one quality metric, and what it was measured from."""
