@@ -36,11 +36,15 @@ from objectives.llm.workload import LLMWorkloadSpec, request_shapes
 __all__ = [
     "ERROR_METRICS",
     "PREDICT_SEEDS",
+    "PROBE_DRAIN_LIMIT_S",
+    "PROBE_FRONTEND_TOKEN_MS",
     "PROBE_RATE_FACTORS",
+    "PROBE_WINDOW_S",
     "calibrate_from_trials",
     "leave_one_out_errors",
     "probe_rates",
     "probe_window",
+    "probe_window_params",
     "profile_from_probe",
     "window_noise",
     "workload_streams",
@@ -53,6 +57,28 @@ ERROR_METRICS: tuple[str, ...] = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_p
 #: per-sequence cost; the top one nears the knee, where the frontend shows). Chosen for the 8B
 #: shape on the first new GPU (2026-12-06): 8, 24, 40 and 64 req/s of the `chat` preset's 20.
 PROBE_RATE_FACTORS: tuple[float, ...] = (0.4, 1.2, 2.0, 3.2)
+
+
+#: Seconds of arrivals per probe window, and how long a window waits for its last answers: a
+#: workload preset sized for a long run (`chat`: 600 requests, 30 s at its 20 req/s) would
+#: make the four windows cost two minutes past the engine start; eight seconds settle the
+#: server's mean iteration time and a p95 of every window (docs/benchmarks.md, measurement
+#: windows: 8 s against 30 s of arrivals).
+PROBE_WINDOW_S = 8.0
+PROBE_DRAIN_LIMIT_S = 15.0
+
+
+def probe_window_params(overrides: Mapping[str, Any], base_rate: float | None) -> list[str]:
+    """The ``KEY=VALUE`` workload parameters that give the probe its own window length
+    (:data:`PROBE_WINDOW_S` of arrivals at the workload's rate, :data:`PROBE_DRAIN_LIMIT_S`
+    of drain), each only where the user's ``overrides`` set none (a ``--rate`` list moves the
+    window to every rate; the length stays)."""
+    out = []
+    if "n_requests" not in overrides and base_rate:
+        out.append(f"n_requests={max(1, round(base_rate * PROBE_WINDOW_S))}")
+    if "drain_limit_s" not in overrides:
+        out.append(f"drain_limit_s={PROBE_DRAIN_LIMIT_S:g}")
+    return out
 
 
 def probe_rates(workload_rate: float, factors: Sequence[float] = PROBE_RATE_FACTORS
@@ -91,10 +117,23 @@ def _log_errors(fitted: Mapping[str, float], measured: Mapping[str, Any]) -> dic
     return out
 
 
+#: The frontend costs per streamed token (ms) a calibration chooses among: the simulator's own
+#: (knowledge/batch_sim.py, down to a frontend that saturates at ~14,000 tokens/s) and slower
+#: ones, down to ~5,000 tokens/s. The first H100 probe (2026-12-06) met its frontend at ~6,300
+#: tokens/s (64 req/s of `chat`, TTFT p95 460 ms): held to the simulator's own costs, its fit
+#: chose the slowest (0.07 ms) and still read that window's TTFT p95 as 150 ms, so the capacity
+#: it predicted (79.6 req/s) was past the measured one (52 met, 64 missed); with these it chooses
+#: 0.11 ms and predicts 58 req/s (docs/benchmarks/h100-new-gpu-2026-12-07/). A probe whose top
+#: window stays below the frontend's capacity still chooses a low cost: the extra choices only
+#: add fits (~0.1 s each on the 8B's four windows).
+PROBE_FRONTEND_TOKEN_MS: tuple[float, ...] = (*FRONTEND_TOKEN_MS, 0.09, 0.11, 0.13, 0.16, 0.2)
+
+
 def _fit(trials: Sequence[TrialRecord]) -> Any:
-    """The simulator fitted to probe windows, choosing the server's frontend cost among the
-    simulator's own (the probe's top window nears the server's capacity, where it shows)."""
-    return fit_simulation(trials, FRONTEND_TOKEN_MS)
+    """The simulator fitted to probe windows, choosing the server's frontend cost among
+    :data:`PROBE_FRONTEND_TOKEN_MS` (the probe's top window nears the server's capacity, where
+    it shows)."""
+    return fit_simulation(trials, PROBE_FRONTEND_TOKEN_MS)
 
 
 def _predict_own(trials: Sequence[TrialRecord], held: TrialRecord) -> dict[str, float] | None:

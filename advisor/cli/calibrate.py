@@ -23,6 +23,7 @@ from advisor.cli.context import (
     out,
     parse_workload,
     sigterm_interrupts,
+    workload_overrides,
 )
 from advisor.errors import AdvisorError
 from objectives.registry import DEFAULT_SERVING_TARGET, get_target
@@ -69,7 +70,12 @@ def calibrate_cmd(
     """Calibrate this machine: one engine start of the defaults, a probe ladder of arrival
     rates, the simulator's step-time model fitted to the server's own timings, stored as a
     hardware profile (shown by `advisor knowledge profiles`, exported with the knowledge)."""
-    from advisor.calibrate import calibrate_from_trials, probe_rates, window_noise
+    from advisor.calibrate import (
+        calibrate_from_trials,
+        probe_rates,
+        probe_window_params,
+        window_noise,
+    )
     from advisor.crosscheck import CrosscheckPlan, run_crosscheck
     from knowledge.profiles import save_profile
     from objectives.llm.workload import LLMWorkloadSpec
@@ -86,6 +92,9 @@ def calibrate_cmd(
         base_rate = LLMWorkloadSpec.from_workload(wl).arrival.rate_rps
         if not rate and base_rate is None:
             raise AdvisorError("the probe workload arrives at no rate: pass --rate")
+        window = probe_window_params(workload_overrides(params), base_rate)
+        if window:  # the probe's own window length, where the user set none
+            wl = parse_workload(tgt, workload, [*window, *params])
         rates = tuple(rate) if rate else probe_rates(float(base_rate or 0.0))
         study = store_as or f"calibrate-{wl.params.get('model')}-{time.strftime('%m%d%H%M')}"
         plan = CrosscheckPlan(target=target, workload=wl, rates=rates, repeats=1,
