@@ -109,9 +109,7 @@ def score_workload(name: str, pred: dict[str, Any], rows: list[dict[str, Any]],
                 inside[m] += hit
                 cells.append(f"{fmt(f['value'])} [{fmt(f['low'])}, {fmt(f['high'])}] / "
                              f"{fmt(v)} ({e:.0f} %{'' if hit else ', outside'})")
-            table.append((rate, i + 1, t["metrics"].get("validity") or
-                          (t.get("details") or {}).get("validity", {}).get("status", "valid"),
-                          cells))
+            table.append((rate, i + 1, (t.get("details") or {}).get("validity", "?"), cells))
         verdicts[rate] = measured_verdict(slo, [t["metrics"] for t in ws]) if ws else None
     n = len(errs["ttft_p95_ms"])
     mape = {m: (sum(v) / len(v) if v else math.nan) for m, v in errs.items()}
