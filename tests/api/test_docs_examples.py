@@ -116,7 +116,10 @@ def test_docs_examples_run_against_a_live_server(server: dict[str, Any]) -> None
     assert answer["question"]["target"] == "vllm" and answer["config"]
     # The H100, known from its calibration: predicted, with its capacity and replicas.
     h100 = json.loads(_run(calibrated, server))
-    assert h100["basis"] == "calibration" and h100["capacity"]["replicas"] is not None, h100
+    # (its recommended config's replicas, or, where the answer is `undecided`, the defaults')
+    fleet = h100["capacity"]["replicas"] or h100["capacity"]["default_replicas"]
+    assert h100["basis"] == "calibration" and fleet is not None, h100
+    assert fleet["total_rate_rps"] == 500 and fleet["count"] >= 1, fleet
     carried = json.loads(_run(shape, server))  # Qwen2.5-7B: never measured, between 3B and 8B
     assert carried["basis"] == "extrapolation", carried
     assert carried["details"]["shape_position"] == "interpolation"

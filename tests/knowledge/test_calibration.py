@@ -19,11 +19,15 @@ import pytest
 
 from advisor.calibrate import (
     ERROR_METRICS,
+    PROBE_DRAIN_LIMIT_S,
+    PROBE_WINDOW_S,
     calibrate_from_trials,
+    probe_window_params,
     window_noise,
     workload_streams,
 )
 from knowledge import TrialStore
+from knowledge.batch_sim import FRONTEND_TOKEN_MS
 from knowledge.calibrated import (
     LABEL,
     Capacity,
@@ -157,6 +161,32 @@ def test_capacity_brackets_the_slo_and_replicas_follow(stored: HardwareProfile) 
     assert r.count == 10 and r.low is not None and r.high is not None
     assert r.low <= r.count <= r.high
     assert replicas_for(5.0, Capacity(0.0, 0.0, 1.0)).count is None
+
+
+def test_the_probe_past_its_frontend_pins_a_capacity_the_probe_itself_allows(
+        stored: HardwareProfile) -> None:
+    """The recorded probe's top window (64 req/s) missed the SLO (TTFT p95 460 ms: the server's
+    frontend past ~6,300 tokens/s) and the same lease met it at 40: a capacity predicted from
+    that probe must lie between. Held to the simulator's own frontend costs (at most 0.07
+    ms/token), the fit predicted 79.6 req/s; it chooses a slower frontend now."""
+    by_rate = {t.workload_spec["params"]["arrival"]["rate_rps"]: t for t in _probe_trials()}
+    assert by_rate[64.0].metrics["ttft_p95_ms"] > SLO["ttft_p95_ms"]
+    assert by_rate[40.0].metrics["ttft_p95_ms"] <= SLO["ttft_p95_ms"]
+    assert stored.frontend_token_ms > max(FRONTEND_TOKEN_MS)
+    cap = capacity_at_slo(stored, _chat_streams(stored), SLO, low_rps=2.0, high_rps=300.0,
+                          tolerance=0.02)
+    assert 40.0 <= cap.rate_rps < 64.0
+
+
+def test_the_probe_measures_eight_second_windows_unless_told_otherwise() -> None:
+    """A preset sized for long runs (`chat`: 600 requests at 20 req/s) is cut to the probe's
+    window; a user's own `n_requests` or drain is kept."""
+    assert probe_window_params({}, 20.0) == [f"n_requests={round(20 * PROBE_WINDOW_S)}",
+                                              f"drain_limit_s={PROBE_DRAIN_LIMIT_S:g}"]
+    assert probe_window_params({"n_requests": 50}, 20.0) == [
+        f"drain_limit_s={PROBE_DRAIN_LIMIT_S:g}"]
+    assert probe_window_params({"n_requests": 50, "drain_limit_s": 30}, 20.0) == []
+    assert probe_window_params({}, None) == [f"drain_limit_s={PROBE_DRAIN_LIMIT_S:g}"]
 
 
 def test_bisections_sharing_their_predictions_find_the_same_capacities(
