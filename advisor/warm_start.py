@@ -5,8 +5,11 @@ in the store. A new study therefore queues, after the engine default and the cal
 enqueued configs and before the sampler takes over, the planner's answer to the question (the
 one path every door asks, advisor/answers/planner.py: the fitted models where they cover it, on
 a GPU known only from a calibration profile the calibrated simulator; the config it recommends,
-or where its intervals straddle the SLO the candidate it would measure to decide) and the best
-measured configs on this hardware and workload that meet the SLO, then the target's own
+or where its intervals straddle the SLO the first candidates it would measure to decide), on a
+GPU known only from a calibration also the planner's measured answer to the same question on
+the machine with the most trials of the model (its best config there, a guess the study checks
+here), and the best measured configs on this hardware and workload that meet the SLO, then the
+target's own
 starting points (its textbook settings,
 ``Target.starting_points``: e.g. a vector index's HNSW32 / HNSW16 and IVF sqrt(N)), which need no
 knowledge at all. `advisor tune` and the API's study jobs do this through
@@ -51,7 +54,8 @@ from objectives.registry import get_target
 from objectives.workload import canonical_json
 from search_spaces import SearchSpace
 
-if TYPE_CHECKING:  # the planner loads in planned_config: a study with no warm start skips it
+if TYPE_CHECKING:  # the planner loads in _ask: a study with no warm start skips it
+    from advisor.answers.document import Answer
     from advisor.answers.planner import ModelsSource
 
 __all__ = [
@@ -64,7 +68,9 @@ __all__ = [
     "fitted_models",
     "knowledge_configs",
     "pending_warm_start",
-    "planned_config",
+    "elsewhere_config",
+    "most_measured_elsewhere",
+    "planned_configs",
     "queue_warm_start",
     "study_warm_start",
     "summary_line",
@@ -111,8 +117,9 @@ class WarmStartConfig:
 
     config: dict[str, Any]
     #: "previous-run", "recommendation" (the planner's answer from measured trials and fitted
-    #: models), "calibration" (its answer from a calibration profile), "best-known" or
-    #: "textbook".
+    #: models), "calibration" (its answer from a calibration profile), "elsewhere" (its
+    #: measured answer on the machine with the most trials of the model, for a calibrated GPU),
+    #: "best-known" or "textbook".
     source: str
 
 
@@ -149,17 +156,23 @@ def unique_configs(found: Iterable[WarmStartConfig]) -> list[WarmStartConfig]:
     return list(unique.values())
 
 
+#: Candidates of an ``undecided`` answer a new study queues, most promising first: their
+#: intervals straddle the SLO, so the predictions cannot rank them and a study measures a few.
+UNDECIDED_QUEUED = 2
+
+
 def knowledge_configs(store: TrialStore, question: StudyQuestion, *, use_recommendation: bool,
-                      best_known: int, models: ModelsSource
+                      best_known: int, models: ModelsSource, without: Sequence[str] = ()
                       ) -> list[WarmStartConfig]:
     """The planner's answer to ``question`` (when ``use_recommendation``; ``models`` as
     :func:`plan_recommendation` takes them) and then up to ``best_known`` best measured configs of
-    the target on this hardware and workload meeting the SLO; no config twice."""
+    the target on this hardware and workload meeting the SLO; no config twice. ``without``: the
+    canonical JSON of configs the study queues already (its engine default, its --enqueue
+    configs), passed over where the planner names them, so the next candidates take their
+    place."""
     found: list[WarmStartConfig] = []
     if use_recommendation:
-        planned = planned_config(store, question, models=models)
-        if planned is not None:
-            found.append(planned)
+        found += planned_configs(store, question, models=models, without=without)
     if best_known:
         trials = store.list_trials(TrialFilter(
             target=question.target, status=TrialStatus.COMPLETE,
@@ -169,12 +182,10 @@ def knowledge_configs(store: TrialStore, question: StudyQuestion, *, use_recomme
     return unique_configs(found)
 
 
-def planned_config(store: TrialStore, question: StudyQuestion, *, models: ModelsSource
-                   ) -> WarmStartConfig | None:
-    """The config the planner answers ``question`` with, or, where its answer is ``undecided``
-    (a candidate's interval straddles the SLO), the candidate it would measure to decide: a
-    study is that measurement. None when it recommends nothing or cannot answer yet (not an
-    error: a new question may have no answer)."""
+def _ask(store: TrialStore, question: StudyQuestion, models: ModelsSource, *,
+         hardware: str, measured: bool = False) -> Answer | None:
+    """The planner's answer to ``question`` on ``hardware``, or None where it cannot answer
+    (not an error: a new question may have no answer)."""
     # Here, not at import: the planner costs a tune that computes no warm start (--resume,
     # --no-warm-start, bad input) a fifth of a CPU-second.
     from advisor.answers.planner import plan_recommendation
@@ -183,19 +194,76 @@ def planned_config(store: TrialStore, question: StudyQuestion, *, models: Models
     try:
         request = RecommendationRequest(
             target=question.target, slo=str(question.slo), objective=str(question.objective),
-            hardware=question.hardware_key, model=question.model,
+            hardware=hardware, model=question.model, measured=measured,
             workload=workload_features(question.workload.spec))
-        answer = plan_recommendation(store, request, models=models)
+        return plan_recommendation(store, request, models=models)
     except (AdvisorError, ValidationError) as exc:
-        log.info("no warm-start recommendation for %s: %s", question.describe(), exc)
+        log.info("no warm-start recommendation for %s on %s: %s", question.describe(),
+                 hardware, exc)
         return None
+
+
+def planned_configs(store: TrialStore, question: StudyQuestion, *, models: ModelsSource,
+                    without: Sequence[str] = ()) -> list[WarmStartConfig]:
+    """The config the planner answers ``question`` with, or, where its answer is ``undecided``
+    (candidates' intervals straddle the SLO), the first :data:`UNDECIDED_QUEUED` candidates it
+    would measure to decide, passing over those in ``without`` (canonical JSON): a study is that
+    measurement. On a GPU the planner knows only from a calibration, also its measured answer on
+    the machine with the most trials of the model (:func:`elsewhere_config`): after a config the
+    calibration recommends, before the candidates of an undecided one. Empty when it recommends
+    nothing or cannot answer yet."""
+    answer = _ask(store, question, models, hardware=question.hardware_key)
+    if answer is None:
+        return []
     source = "calibration" if answer.basis == "calibration" else "recommendation"
+    found: list[WarmStartConfig] = []
     if answer.found and answer.config is not None:
-        return WarmStartConfig(dict(answer.config), source)
-    closest = answer.closest or {}
-    if answer.status == "undecided" and isinstance(closest.get("config"), Mapping):
-        return WarmStartConfig(dict(closest["config"]), source)
-    return None
+        found.append(WarmStartConfig(dict(answer.config), source))
+    elif answer.status == "undecided":
+        named = ((answer.details or {}).get("calibration") or {}).get("to_measure") or [
+            (answer.closest or {}).get("config")]
+        defaults = get_target(question.target).space().default_config()
+        picked = [c for c in named if isinstance(c, Mapping)
+                  and canonical_json({**defaults, **c}) not in without]
+        found += [WarmStartConfig(dict(c), source) for c in picked[:UNDECIDED_QUEUED]]
+    if answer.basis == "calibration":
+        elsewhere = elsewhere_config(store, question, models)
+        if elsewhere is not None:
+            # A config the calibration recommends goes first. An undecided one only says that
+            # its candidates' intervals straddle the SLO (on a calibrated GPU they often lie
+            # within noise of each other): then the config measured best on another machine
+            # goes first, a knob the calibration cannot carry may be what helps.
+            found.insert(1 if answer.found else 0, elsewhere)
+    return found
+
+
+def most_measured_elsewhere(store: TrialStore, question: StudyQuestion) -> str | None:
+    """The hardware other than ``question``'s with the most stored trials of its target serving
+    its model, or None."""
+    counts: dict[str, int] = {}
+    for study in store.list_studies(question.target):
+        model = (study.workload_spec.get("params") or {}).get("model")
+        if study.hardware_key == question.hardware_key or question.model is None \
+                or str(model) != question.model:
+            continue
+        counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
+            int(study.n_trials or 0), 1)
+    return max(counts, key=lambda k: (counts[k], k)) if counts else None
+
+
+def elsewhere_config(store: TrialStore, question: StudyQuestion, models: ModelsSource
+                     ) -> WarmStartConfig | None:
+    """The config the planner recommends from measured windows alone (``--measured``) for the
+    same question on the machine with the most trials of the model: a calibration carries only a
+    few knobs to a new GPU, and the best config measured elsewhere is a guess worth one trial
+    there. None where no other machine measured the model or its answer recommends nothing."""
+    hardware = most_measured_elsewhere(store, question)
+    if hardware is None:
+        return None
+    answer = _ask(store, question, models, hardware=hardware, measured=True)
+    if answer is None or not answer.found or answer.config is None:
+        return None
+    return WarmStartConfig(dict(answer.config), "elsewhere")
 
 
 def fitted_models(store: TrialStore, settings: Settings, target: str) -> KnowledgeModels | None:
@@ -271,7 +339,8 @@ def study_warm_start(store: TrialStore, settings: Settings, spec: StudySpec, *,
 
         # Ask for more best-known configs than are kept: some may repeat a queued config.
         found = knowledge_configs(store, question, use_recommendation=True,
-                                  best_known=best_known + len(queued) + 1, models=models)
+                                  best_known=best_known + len(queued) + 1, models=models,
+                                  without=tuple(canonical_json(c) for c in queued))
     found += [WarmStartConfig(dict(c), TEXTBOOK) for c in target.starting_points(spec.workload)]
     seen = {canonical_json(c) for c in queued}
     kept: list[WarmStartConfig] = []

@@ -118,6 +118,9 @@ class CalibratedAnswer:
     default_capacity: CapacityAt | None
     windows: tuple[TrialRecord, ...] = ()
     closest: dict[str, Any] | None = None
+    #: Where the answer is ``undecided``: every candidate whose intervals straddle the SLO, most
+    #: promising first (``closest`` is the first): what a study would measure, in order.
+    to_measure: tuple[dict[str, Any], ...] = ()
     verify_command: str | None = None
     #: Why no config is recommended (``no_feasible_config`` and ``undecided``), else None.
     reason: str | None = None
@@ -656,7 +659,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         default_config=configs[default_i], default_figures=figures[default_i],
         default_verdict=verdicts[default_i], considered=len(configs), feasible=len(feasible),
         capacity=capacity, default_capacity=default_capacity, windows=cited,
-        closest=closest, verify_command=verify, reason=reason, notes=tuple(notes))
+        closest=closest, to_measure=tuple(dict(configs[i]) for i in straddling),
+        verify_command=verify, reason=reason, notes=tuple(notes))
 
 
 def _slo_bounds(slo: SLO) -> dict[str, float]:

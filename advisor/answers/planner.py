@@ -473,4 +473,5 @@ def _from_calibration(rec: CalibratedAnswer, q: ResolvedQuestion) -> Answer:
                                  "gpu": profile.gpu_name, "created_at": profile.created_at,
                                  "error_log": dict(profile.error_log),
                                  "noise_log": dict(profile.noise_log),
-                                 "noise_source": profile.noise_source}})
+                                 "noise_source": profile.noise_source,
+                                 "to_measure": [_finite(c) for c in rec.to_measure]}})

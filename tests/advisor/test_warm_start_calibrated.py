@@ -1,17 +1,26 @@
 """A study on a GPU known only from a calibration profile starts from the calibrated answer
 (issue 44, item 5: "warm-started from the calibrated predictions"): the warm start asks the one
 planner every door asks, so the config it queues is the config `advisor recommend` names for
-the same question, or, where that answer is `undecided`, the candidate it says to measure."""
+the same question, or, where that answer is `undecided`, the first candidates it says to measure
+(never an engine default the study measures anyway or was told not to), and the config the
+planner recommends from the windows of the machine with the most trials of the model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from advisor.answers import RecommendationRequest, plan_recommendation
+from advisor.answers import Answer, RecommendationRequest, plan_recommendation
 from advisor.driver import StudySpec
 from advisor.objective import Objective
 from advisor.settings import Settings
-from advisor.warm_start import study_warm_start
+from advisor.warm_start import (
+    UNDECIDED_QUEUED,
+    StudyQuestion,
+    most_measured_elsewhere,
+    study_warm_start,
+)
 from knowledge import TrialStore
 from knowledge.transfer import import_file, shipped_file
 from objectives import parse_slo
@@ -38,49 +47,81 @@ def _spec(rate: float) -> StudySpec:
                      workload=workload, n_trials=12, seed=0)
 
 
-def _planned(store: TrialStore, rate: float) -> dict[str, object] | None:
-    answer = plan_recommendation(store, RecommendationRequest(
-        target="vllm", slo=SLO, hardware=H100, model="llama-3-8b",
+def _answer(store: TrialStore, rate: float, hardware: str = H100,
+            measured: bool = False) -> Answer:
+    return plan_recommendation(store, RecommendationRequest(
+        target="vllm", slo=SLO, hardware=hardware, model="llama-3-8b", measured=measured,
         workload={"class": "chat", "rate_rps": rate}))
-    assert answer.basis == "calibration"
-    if answer.found:
-        return answer.config
-    assert answer.status == "undecided" and answer.closest is not None
-    return dict(answer.closest["config"])
 
 
-def test_a_calibrated_gpu_queues_the_config_the_planner_would_measure(
+def _to_measure(store: TrialStore, rate: float) -> list[dict[str, object]]:
+    """The candidates the calibrated answer would measure, most promising first, completed."""
+    answer = _answer(store, rate)
+    assert answer.basis == "calibration" and answer.status == "undecided"
+    space = get_target("vllm").space()
+    named = answer.details["calibration"]["to_measure"]
+    assert named and named[0] == answer.closest["config"]
+    return [space.validate_config({**space.default_config(), **c}) for c in named]
+
+
+def test_a_calibrated_gpu_queues_the_candidates_the_planner_would_measure(
         tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
     # The profile and its probe windows: the defaults missed at 64 req/s and met at 52, so at
-    # 60 req/s the planner is undecided and names a batch-limit variant to measure.
+    # 60 req/s the planner is undecided and names the candidates to measure, in order.
     url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
     store = _store(url, "h100-vllm-profile-2026-12-06.jsonl",
                    "h100-vllm-heldout-2026-12-06.jsonl")
     queued = study_warm_start(store, settings, _spec(60), hardware_key=H100)
-    calibrated = [w for w in queued if w.source == "calibration"]
-    planned = _planned(store, 60)
-    space = get_target("vllm").space()
-    assert planned is not None
-    assert [w.config for w in calibrated] == [
-        space.validate_config({**space.default_config(), **planned})]
-    assert calibrated[0].config != space.default_config()
+    default = get_target("vllm").space().default_config()
+    named = [c for c in _to_measure(store, 60) if c != default]
+    assert len(named) >= UNDECIDED_QUEUED
+    assert [w.config for w in queued if w.source == "calibration"] == named[:UNDECIDED_QUEUED]
 
 
-def test_where_the_planner_names_the_defaults_nothing_more_is_queued(
+def test_the_defaults_the_planner_names_are_measured_once(
         tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
     # The profile alone (no window measured): the defaults straddle the SLO and lean to meeting,
-    # so the candidate to measure is the defaults, which a study measures first anyway.
+    # so they come first among the candidates to measure. A study measures them first anyway:
+    # its warm start queues the next ones. Without the default trial, the default is a
+    # candidate like any other.
     url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
     store = _store(url, "h100-vllm-profile-2026-12-06.jsonl")
-    space = get_target("vllm").space()
-    planned = _planned(store, 60)
-    assert planned is not None
-    assert space.validate_config({**space.default_config(), **planned}) == space.default_config()
-    assert study_warm_start(store, settings, _spec(60), hardware_key=H100) == []
+    default = get_target("vllm").space().default_config()
+    named = _to_measure(store, 60)
+    assert named[0] == default
+    queued = study_warm_start(store, settings, _spec(60), hardware_key=H100)
+    assert [w.config for w in queued] == named[1:1 + UNDECIDED_QUEUED]
+    alone = study_warm_start(store, settings, dataclasses.replace(_spec(60),
+                                                                  include_default=False),
+                             hardware_key=H100)
+    assert [w.config for w in alone] == named[:UNDECIDED_QUEUED]
 
 
-def test_no_profile_of_this_gpu_queues_nothing_from_the_planner(
+def test_a_calibrated_gpu_also_tries_the_best_config_measured_elsewhere(
         tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
+    # Beside the H100's calibration, the H200's measured knob ladder of the 8B: the warm start
+    # adds the config the planner recommends from the H200's windows for the same question.
+    url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
+    store = _store(url, "h100-vllm-profile-2026-12-06.jsonl",
+                   "h200-vllm-knobs-2026-12-04.jsonl")
+    question = StudyQuestion.of(_spec(60), H100)
+    elsewhere = most_measured_elsewhere(store, question)
+    assert elsewhere is not None and "h200" in elsewhere
+    answer = _answer(store, 60, hardware=elsewhere, measured=True)
+    assert answer.found and answer.config is not None
+    space = get_target("vllm").space()
+    expected = space.validate_config({**space.default_config(), **answer.config})
+    assert expected != space.default_config()
+    queued = study_warm_start(store, settings, _spec(60), hardware_key=H100)
+    assert [w.config for w in queued if w.source == "elsewhere"] == [expected]
+    # the calibrated answer is undecided there: the config measured elsewhere goes first
+    assert _answer(store, 60).status == "undecided" and queued[0].source == "elsewhere"
+    # never on the machine that measured it: there the planner's own answer is queued
+    there = study_warm_start(store, settings, _spec(60), hardware_key=elsewhere)
+    assert all(w.source != "elsewhere" for w in there)
+
+
+def test_no_profile_of_this_gpu_queues_nothing_from_the_planner(        tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
     url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
     store = _store(url, "h100-vllm-profile-2026-12-06.jsonl")
     queued = study_warm_start(store, settings, _spec(60), hardware_key="1x-nvidia-a100-80gb")

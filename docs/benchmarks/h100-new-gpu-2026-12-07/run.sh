@@ -12,6 +12,9 @@
 #   PHASE=score  bash docs/benchmarks/h100-new-gpu-2026-12-07/run.sh > $OUT/log-score.txt 2>&1
 #   PHASE=study  bash docs/benchmarks/h100-new-gpu-2026-12-07/run.sh > $OUT/log-study.txt 2>&1
 #   PHASE=verify bash docs/benchmarks/h100-new-gpu-2026-12-07/run.sh > $OUT/log-verify.txt 2>&1
+#   PHASE=answer bash docs/benchmarks/h100-new-gpu-2026-12-07/run.sh > $OUT/log-answer.txt 2>&1
+#     then PHASE=verify: the second attempt (after the study phase found nothing in 4 minutes),
+#     the whole way on a fresh lease: calibrate, then a 2-trial study of the warm start's picks.
 # score:  `advisor calibrate` with its defaults (timed: the first part of the way to an answer);
 #         predict.py on the profile it wrote (predictions.json, its sha256 and the time logged
 #         BEFORE any scored window); the calibrated answer to the question; then the scored
@@ -21,6 +24,10 @@
 #         windows: a user who just calibrated has those alone); `advisor tune`, warm-started from
 #         the calibrated answer, no default trial (the verification measures the defaults
 #         paired), failure gate on, stopped after STUDY_S seconds.
+# answer: a fresh store with the H200's knowledge; `advisor calibrate` with its defaults (timed);
+#         the calibrated answer; `advisor tune --trials 3`: the engine defaults and the warm
+#         start's first two configs (the config measured best elsewhere for the question, then
+#         the calibration's first candidate other than the defaults), nothing sampled.
 # verify: the study's pick (`advisor recommend --measured`) against the defaults,
 #         `advisor crosscheck --co-resident --memory-share 0.46`, 3 interleaved rounds with the
 #         advisor's client and `vllm bench serve`.
@@ -30,7 +37,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."  # the repository root
 HERE=docs/benchmarks/h100-new-gpu-2026-12-07
 OUT=${OUT:-/tmp/out}
-PHASE=${PHASE:?set PHASE=score, study or verify}
+PHASE=${PHASE:?set PHASE=score, study, answer or verify}
 T0=$(date +%s)
 LIMIT_S=${LIMIT_S:-570}   # the call's own limit, with the export's time kept back
 STUDY_S=${STUDY_S:-240}
@@ -126,6 +133,27 @@ PY
       --workload-param "$(poisson $RATE)" --workload-param n_requests=$(( RATE * 8 )) \
       --workload-param drain_limit_s=15 --slo "$SLO" --name h100-8b-chat-1207-quick \
       --trials 12 --no-include-default --paired-repeats 0 --trial-timeout 200 --seed 44
+    echo "TUNE_RC $?"
+    kill "$stopper" 2>/dev/null
+    stamp study-end
+    ask after-study --measured
+    ;;
+  answer)
+    fresh_store
+    t=$(date +%s)
+    stamp calibrate-start
+    python3 -m advisor calibrate --target vllm --model llama-3-8b \
+      --store-as h100-8b-chat-1207b-probe -o "$OUT/profile.json" || exit 1
+    echo "CALIBRATE_S $(( $(date +%s) - t ))"
+    stamp calibrate-end
+    cp "$OUT/profile.json" "$KEEP/profile.json"
+    ask before-study
+    stamp study-start
+    ( sleep "${STUDY_S}"; pkill -INT -f "advisor tune" ) & stopper=$!
+    python3 -m advisor tune --target vllm --model llama-3-8b --workload chat \
+      --workload-param "$(poisson $RATE)" --workload-param n_requests=$(( RATE * 8 )) \
+      --workload-param drain_limit_s=15 --slo "$SLO" --name h100-8b-chat-1207b-quick \
+      --trials 3 --paired-repeats 0 --trial-timeout 200 --seed 44
     echo "TUNE_RC $?"
     kill "$stopper" 2>/dev/null
     stamp study-end
