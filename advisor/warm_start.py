@@ -9,12 +9,10 @@ or where its intervals straddle the SLO the first candidates it would measure to
 GPU known only from a calibration also the planner's measured answer to the same question on
 the machine with the most trials of the model (its best config there, a guess the study checks
 here), and the best measured configs on this hardware and workload that meet the SLO, then the
-target's own
-starting points (its textbook settings,
-``Target.starting_points``: e.g. a vector index's HNSW32 / HNSW16 and IVF sqrt(N)), which need no
-knowledge at all. `advisor tune` and the API's study jobs do this through
-:func:`warm_start_hook`; sweep cells add the previous run's best on top
-(advisor/sweeps/warmstart.py).
+target's own starting points (its textbook settings, ``Target.starting_points``: e.g. a vector
+index's HNSW32 / HNSW16 and IVF sqrt(N)), which need no knowledge at all. `advisor tune` and
+the API's study jobs do this through :func:`warm_start_hook`; sweep cells add the previous run's
+best on top (advisor/sweeps/warmstart.py).
 
 The queued configs are ordinary trials: they count towards the study's budget and, once measured,
 towards the model-based samplers' random start-up (Optuna counts every complete trial there,
@@ -62,14 +60,15 @@ __all__ = [
     "BEST_KNOWN",
     "ROLE",
     "TEXTBOOK",
+    "UNDECIDED_QUEUED",
     "StudyQuestion",
     "WarmStartConfig",
     "best_measured",
+    "elsewhere_config",
     "fitted_models",
     "knowledge_configs",
-    "pending_warm_start",
-    "elsewhere_config",
     "most_measured_elsewhere",
+    "pending_warm_start",
     "planned_configs",
     "queue_warm_start",
     "study_warm_start",

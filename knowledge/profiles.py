@@ -22,7 +22,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import JSON, Column
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     # opens a store imports this module (knowledge/transfer.py), and few of them simulate.
     from knowledge.batch_sim import BatchModel
 
-__all__ = ["PROFILE_FORMAT", "HardwareProfile", "HardwareProfileRecord", "export_profile_lines",
+__all__ = ["PROFILE_FORMAT", "HardwareProfile", "HardwareProfileRecord", "calibrated_at",
+           "export_profile_lines",
            "find_profile", "import_profile_rows", "is_profile_row", "list_profiles",
            "profile_line", "profiles_version", "save_profile"]
 
@@ -160,9 +161,21 @@ def _present(s: Session, uid: str) -> bool:
         HardwareProfileRecord.uid == uid)).first() is not None
 
 
+def calibrated_at(profile: HardwareProfile) -> datetime:
+    """When ``profile``'s calibration ran (its own ``created_at``, UTC; a date alone reads as
+    its midnight; an unreadable one as the earliest time), not when a store received it."""
+    try:
+        when = datetime.fromisoformat(str(profile.created_at).replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def list_profiles(store: TrialStore, *, target: str | None = None, model: str | None = None,
                   hardware: str | None = None) -> list[HardwareProfile]:
-    """The stored profiles matching the filters, oldest first."""
+    """The stored profiles matching the filters, oldest calibration first (:func:`calibrated_at`;
+    profiles calibrated at one time in the order stored). A store imports its knowledge files
+    in name order, so the time a profile was stored says nothing of which is newer."""
     _ensure_table(store)
     with store.session() as s:
         q = select(HardwareProfileRecord)
@@ -174,7 +187,8 @@ def list_profiles(store: TrialStore, *, target: str | None = None, model: str | 
             q = q.where(HardwareProfileRecord.hardware == hardware.lower())
         rows = s.exec(q.order_by(HardwareProfileRecord.created_at,  # type: ignore[arg-type]
                                  HardwareProfileRecord.id)).all()  # type: ignore[arg-type]
-        return [HardwareProfile.from_json(r.document) for r in rows]
+        profiles = [HardwareProfile.from_json(r.document) for r in rows]
+    return sorted(profiles, key=calibrated_at)  # stable: stored order among equal times
 
 
 def profiles_version(store: TrialStore) -> tuple[int, int]:

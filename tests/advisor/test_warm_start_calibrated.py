@@ -121,7 +121,8 @@ def test_a_calibrated_gpu_also_tries_the_best_config_measured_elsewhere(
     assert all(w.source != "elsewhere" for w in there)
 
 
-def test_no_profile_of_this_gpu_queues_nothing_from_the_planner(        tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
+def test_no_profile_of_this_gpu_queues_nothing_from_the_planner(
+        tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
     url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
     store = _store(url, "h100-vllm-profile-2026-12-06.jsonl")
     queued = study_warm_start(store, settings, _spec(60), hardware_key="1x-nvidia-a100-80gb")

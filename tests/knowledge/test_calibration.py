@@ -116,6 +116,21 @@ def test_profiles_round_trip_through_export_and_import(tmp_path: Path,
     assert list_profiles(target, hardware="h200") == []
 
 
+def test_the_newest_calibration_answers_whatever_order_it_was_stored_in(
+        tmp_path: Path, stored: HardwareProfile) -> None:
+    """A store imports its knowledge files in name order: a later calibration stored before an
+    earlier one is still the newest."""
+    import dataclasses
+
+    later = dataclasses.replace(stored, uid="later", created_at="2026-12-07T10:48:51+00:00",
+                                fixed_ms=stored.fixed_ms * 2)
+    store = TrialStore(f"sqlite:///{tmp_path / 'order.db'}")
+    assert save_profile(store, later) and save_profile(store, stored)  # "2026-12-06" last
+    assert [p.uid for p in list_profiles(store)] == [stored.uid, "later"]
+    newest = find_profile(store, target=stored.target, model=stored.model, hardware="h100")
+    assert newest is not None and newest.uid == "later"
+
+
 def test_a_broken_profile_line_imports_nothing(tmp_path: Path) -> None:
     from advisor.errors import StoreError
 
