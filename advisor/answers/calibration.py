@@ -703,10 +703,11 @@ def _capped(cap: Capacity, slo: SLO, windows: Sequence[TrialRecord],
 def _verify_command(engine: Target, profile: HardwareProfile, rate: float,
                     config: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
     """The cross-check that measures the answer on the GPU: the answered config (and the
-    defaults beside it where it differs) at the asked rate."""
+    defaults beside it where it differs) at the asked rate, its windows stored (``--store-as``)
+    so that asking the same question again is answered by them."""
     changed = {k: v for k, v in config.items() if defaults.get(k) != v}
     parts = [f"advisor crosscheck --target {engine.name} --model {profile.model} "
-             f"--rate {rate:g} --repeats 3"]
+             f"--rate {rate:g} --repeats 3 --store-as verify-{profile.model}"]
     if changed:
         parts.append("--config " + _quote("pick=" + json.dumps(changed, sort_keys=True)))
         parts.append("--config defaults={}")

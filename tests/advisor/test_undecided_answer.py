@@ -129,7 +129,8 @@ def test_the_issue_question_is_undecided_with_the_measurement_that_decides_it(
     assert answer.candidates["feasible"] == 0
     # the shortest measurement that decides it: the defaults, on the GPU, at the asked rate
     assert answer.next.tune_command == ("advisor crosscheck --target vllm --model "
-                                        "llama-3.2-1b --rate 50 --repeats 3")
+                                        "llama-3.2-1b --rate 50 --repeats 3 "
+                                        "--store-as verify-llama-3.2-1b")
     assert answer.next.reason is not None and "straddles" in answer.next.reason
     assert answer.confidence.level == "none"
 
@@ -175,7 +176,8 @@ def test_the_cli_says_undecided_in_text_and_json(db: str, tmp_path: Path) -> Non
     assert "status=undecided" in lines
     summary = next(line for line in lines if line.startswith("summary="))
     assert "Undecided" in summary and "No vllm config meets" not in summary
-    assert ("next=advisor crosscheck --target vllm --model llama-3.2-1b --rate 50 --repeats 3"
+    assert ("next=advisor crosscheck --target vllm --model llama-3.2-1b --rate 50 --repeats 3 "
+            "--store-as verify-llama-3.2-1b"
             in lines)
     as_json = _cli(db, tmp_path, "--json")
     assert as_json.returncode == 1, as_json.stderr

@@ -52,7 +52,8 @@ def test_rest_answers_undecided_with_the_measurement(setup: dict[str, Any]) -> N
     assert document["status"] == "undecided" and document["basis"] == "calibration"
     assert document["config"] is None and document["answer"] == "none"
     assert document["next"]["tune_command"] == ("advisor crosscheck --target vllm --model "
-                                                "llama-3.2-1b --rate 50 --repeats 3")
+                                                "llama-3.2-1b --rate 50 --repeats 3 "
+                                                "--store-as verify-llama-3.2-1b")
     assert document["closest"]["config"] == document["default"]["config"]
     # the published schema and the OpenAPI document list the new status
     assert "undecided" in SCHEMA["properties"]["status"]["enum"]
