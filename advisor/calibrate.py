@@ -30,7 +30,7 @@ from knowledge.batch_sim import FRONTEND_TOKEN_MS, RequestStream
 from knowledge.models import TrialRecord, TrialStatus
 from knowledge.profiles import HardwareProfile
 from objectives.llm.simulation import fit as fit_simulation
-from objectives.llm.simulation import mean_step_ms
+from objectives.llm.simulation import mean_step_ms, prefill_prompt_tokens
 from objectives.llm.workload import LLMWorkloadSpec, request_shapes
 
 __all__ = [
@@ -145,8 +145,11 @@ def _predict_own(trials: Sequence[TrialRecord], held: TrialRecord) -> dict[str, 
     if model is None:
         return None
     spec = LLMWorkloadSpec.from_params(held.workload_spec["params"])
-    stream = RequestStream(*request_shapes(spec), spec.drain_limit_s)
-    return model.predict(stream, *sim.limits(held.config))
+    arrivals, prompts, outputs = request_shapes(spec)
+    if sim.caches_prefixes(held.config):
+        prompts = prefill_prompt_tokens(spec, prompts)
+    return model.predict(RequestStream(arrivals, prompts, outputs, spec.drain_limit_s),
+                         *sim.limits(held.config))
 
 
 def leave_one_out_errors(trials: Sequence[TrialRecord]) -> dict[str, float]:
@@ -250,10 +253,12 @@ PREDICT_SEED_OFFSET = 1000
 PREDICT_SEEDS = 3
 
 
-def workload_streams(params: Mapping[str, Any], *, seeds: int = PREDICT_SEEDS
-                     ) -> Callable[[float], list[RequestStream]]:
+def workload_streams(params: Mapping[str, Any], *, seeds: int = PREDICT_SEEDS,
+                     prefix_cache: bool = False) -> Callable[[float], list[RequestStream]]:
     """The request streams of the workload ``params`` (an ``llm-serving`` spec's params) moved
-    to any arrival rate, its arrival window kept: a stream source for knowledge/calibrated.py."""
+    to any arrival rate, its arrival window kept: a stream source for knowledge/calibrated.py.
+    ``prefix_cache``: the engine serves shared prompt prefixes from its cache, so each prompt
+    counts only what it prefills (objectives/llm/simulation.py ``prefill_prompt_tokens``)."""
     spec = LLMWorkloadSpec.from_params(params)
     if spec.arrival.rate_rps is None:
         raise AdvisorError("a predicted rate needs a poisson or gamma workload")
@@ -266,7 +271,10 @@ def workload_streams(params: Mapping[str, Any], *, seeds: int = PREDICT_SEEDS
         out = []
         for k in range(seeds):
             s = LLMWorkloadSpec.from_params({**moved, "seed": seed + k})
-            out.append(RequestStream(*request_shapes(s), s.drain_limit_s))
+            arrivals, prompts, outputs = request_shapes(s)
+            if prefix_cache:
+                prompts = prefill_prompt_tokens(s, prompts)
+            out.append(RequestStream(arrivals, prompts, outputs, s.drain_limit_s))
         return out
 
     return at

@@ -511,7 +511,9 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     if workload_distance(shape, probe_features) > SAME_WORKLOAD or "rate_rps" not in asked:
         return None
     rate = asked["rate_rps"]
-    streams_at = workload_streams(params)
+    # The candidates change the batch limits and the carried knobs only: whether the engine
+    # serves shared prompt prefixes from its cache is the probed config's for all of them.
+    streams_at = workload_streams(params, prefix_cache=_caches_prefixes(engine, profile.config))
     streams = streams_at(rate)
     metrics = list(dict.fromkeys([objective.metric, *slo.metrics]))
     note = _interval_note(calibration)
@@ -661,6 +663,13 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         capacity=capacity, default_capacity=default_capacity, windows=cited,
         closest=closest, to_measure=tuple(dict(configs[i]) for i in straddling),
         verify_command=verify, reason=reason, notes=tuple(notes))
+
+
+def _caches_prefixes(engine: Target, config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` of ``engine`` turns on the knob whose role is the prefix cache."""
+    space = engine.space()
+    knob = space.knob_with_role("prefix_cache")
+    return knob is not None and bool({**space.default_config(), **config}.get(knob))
 
 
 def _slo_bounds(slo: SLO) -> dict[str, float]:

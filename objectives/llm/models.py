@@ -23,7 +23,7 @@ from objectives.llm.shapes import MODEL_SHAPES, N_SPECIAL_TOKENS, model_config, 
 
 __all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "PAD_TOKEN", "TOKENIZER_DIR", "TOKENIZER_LAYOUT",
            "model_config", "model_dir_parameters", "parameter_count", "prompt_text",
-           "tokenizer_dir", "write_model_dir"]
+           "tokenizer_dir", "vocab_size_of", "write_model_dir"]
 
 #: The padding (and unknown) token's text, long on purpose. vLLM refuses a prompt of more
 #: characters than its input-token budget (max_model_len - max_tokens) times the longest token
@@ -81,6 +81,22 @@ def tokenizer_dir(model_dir: Path | str) -> Path:
     and encodes every prompt of this word-level tokenizer to no tokens at all (vLLM then answers
     "The decoder prompt cannot be empty"). Without a config the declared fast tokenizer loads."""
     return Path(model_dir) / TOKENIZER_DIR
+
+
+def vocab_size_of(model: Any) -> int | None:
+    """The vocabulary size of a workload's ``model``: a built-in shape's, or a local model
+    directory's ``config.json`` (its ``text_config`` for a multimodal one); None where it is
+    neither (a directory on another machine)."""
+    if isinstance(model, str) and model in MODEL_SHAPES:
+        return int(model_config(model)["vocab_size"])
+    try:
+        config = json.loads((Path(str(model)).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return vocab if isinstance(vocab, int) else None
 
 
 def write_model_dir(shape: str, directory: Path, *, overrides: Mapping[str, Any] | None = None

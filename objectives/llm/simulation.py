@@ -31,10 +31,11 @@ from knowledge.batch_sim import (
     RequestStream,
     fit_batch_models,
 )
-from objectives.llm.workload import KIND, LLMWorkloadSpec, request_shapes
+from objectives.llm.models import vocab_size_of
+from objectives.llm.workload import KIND, LLMWorkloadSpec, prefix_cached_tokens, request_shapes
 
 __all__ = ["SEEDS", "SEED_OFFSET", "UNMEASURED_SEEDS", "LLMSimulation", "first_token_ms", "fit",
-           "mean_step_ms"]
+           "mean_step_ms", "prefill_prompt_tokens"]
 
 #: Streams simulated per asked workload for a config measured with its batch limits (figures
 #: are their geometric mean).
@@ -68,9 +69,27 @@ def first_token_ms(requests: Any, n: int) -> np.ndarray | None:
     return out
 
 
-def _stream(params: Mapping[str, Any]) -> RequestStream:
+def prefill_prompt_tokens(spec: LLMWorkloadSpec, prompts: np.ndarray) -> np.ndarray:
+    """``prompts`` (``spec``'s prompt lengths, :func:`request_shapes`) less the tokens an
+    engine's prefix cache holds (:func:`prefix_cached_tokens`): what the engine prefills when
+    it caches prefixes. Unchanged where the workload shares no prefix or its model's vocabulary
+    is unknown (which requests share a prefix depends on it)."""
+    if spec.shared_prefix is None:
+        return prompts
+    vocab = vocab_size_of(spec.model)
+    if vocab is None:
+        return prompts
+    cached = prefix_cached_tokens(spec, vocab)[:len(prompts)]
+    return np.maximum(np.asarray(prompts) - cached, 1)
+
+
+def _stream(params: Mapping[str, Any], prefix_cache: bool = False) -> RequestStream:
+    """The request stream of a workload's ``params``; with ``prefix_cache``, each prompt
+    counts only the tokens the engine prefills (:func:`prefill_prompt_tokens`)."""
     spec = LLMWorkloadSpec.from_params(params)
     arrivals, prompts, outputs = request_shapes(spec)
+    if prefix_cache:
+        prompts = prefill_prompt_tokens(spec, prompts)
     return RequestStream(arrivals, prompts, outputs, spec.drain_limit_s)
 
 
@@ -92,9 +111,12 @@ class LLMSimulation:
 
     def __init__(self, slots: str, budget: str, defaults: Mapping[str, Any],
                  unvaried: frozenset[str], models: Mapping[str, BatchModel],
-                 templates: Sequence[Mapping[str, Any]]) -> None:
+                 templates: Sequence[Mapping[str, Any]], prefix_cache: str | None = None
+                 ) -> None:
         self.slots = slots
         self.budget = budget
+        #: The knob whose role is the engine's prefix cache (None: the space marks none).
+        self.prefix_cache = prefix_cache
         self.defaults = dict(defaults)
         self.unvaried = unvaried
         self.models = dict(models)
@@ -106,6 +128,12 @@ class LLMSimulation:
         rest = {k: v for k, v in config.items()
                 if k not in (self.slots, self.budget) and k not in self.unvaried}
         return json.dumps(rest, sort_keys=True, default=str)
+
+    def caches_prefixes(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config``'s engine serves shared prompt prefixes from its cache."""
+        if self.prefix_cache is None:
+            return False
+        return bool(config.get(self.prefix_cache, self.defaults.get(self.prefix_cache)))
 
     def limits(self, config: Mapping[str, Any]) -> tuple[int, int]:
         return (int(config.get(self.slots, self.defaults[self.slots])),
@@ -123,9 +151,10 @@ class LLMSimulation:
         return min(same, key=lambda t: (abs(math.log(t["arrival"]["rate_rps"] / rate)),
                                         json.dumps(t, sort_keys=True)))
 
-    def streams(self, workload: Mapping[str, float], seeds: int = SEEDS
-                ) -> list[RequestStream]:
-        """The ``seeds`` streams replayed for ``workload`` (none where no template fits)."""
+    def streams(self, workload: Mapping[str, float], seeds: int = SEEDS,
+                prefix_cache: bool = False) -> list[RequestStream]:
+        """The ``seeds`` streams replayed for ``workload`` (none where no template fits), each
+        prompt counting only what the engine prefills where it caches prefixes."""
         base = self.template(workload)
         if base is None:
             return []
@@ -136,7 +165,7 @@ class LLMSimulation:
         moved = {**base, "arrival": {**base["arrival"], "rate_rps": rate},
                  "n_requests": max(1, round(window * rate))}
         seed = int(base.get("seed", 0)) + SEED_OFFSET
-        return [_stream({**moved, "seed": seed + k}) for k in range(seeds)]
+        return [_stream({**moved, "seed": seed + k}, prefix_cache) for k in range(seeds)]
 
     def predict(self, config: Mapping[str, Any], workload: Mapping[str, float]
                 ) -> dict[str, float] | None:
@@ -147,7 +176,8 @@ class LLMSimulation:
         model = self.models.get(cls)
         slots, budget = self.limits(config)
         seeds = SEEDS if (cls, slots, budget) in self.measured else UNMEASURED_SEEDS
-        streams = self.streams(workload, seeds) if model is not None else []
+        streams = (self.streams(workload, seeds, self.caches_prefixes(config))
+                   if model is not None else [])
         if model is None or not streams:
             return None
         logs: dict[str, list[float]] = {}
@@ -201,12 +231,13 @@ def fit(trials: Sequence[Any], frontend_costs: Sequence[float] = FRONTEND_COSTS
     if slots is None or budget is None:
         return None
     sim = LLMSimulation(slots, budget, space.default_config(),
-                        unvaried_knobs([t.config for t in trials]), {}, [])
+                        unvaried_knobs([t.config for t in trials]), {}, [],
+                        prefix_cache=space.knob_with_role("prefix_cache"))
     classes: dict[str, list[Observation]] = {}
     templates: dict[str, dict[str, Any]] = {}
     for t, step_ms in timed:
         params = t.workload_spec["params"]
-        stream = _stream(params)
+        stream = _stream(params, sim.caches_prefixes(t.config))
         slots_n, budget_n = sim.limits(t.config)
         cls = sim.step_class(t.config)
         sim.measured.add((cls, slots_n, budget_n))

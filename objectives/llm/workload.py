@@ -66,6 +66,7 @@ __all__ = [
     "generate_warmup_requests",
     "load_preset",
     "max_concurrency",
+    "prefix_cached_tokens",
     "read_trace",
     "request_shapes",
 ]
@@ -514,6 +515,47 @@ def request_shapes(spec: LLMWorkloadSpec) -> tuple[np.ndarray, np.ndarray, np.nd
     return arrivals, spec.prompt_len.sample(len_rng, n), spec.output_len.sample(len_rng, n)
 
 
+def _prefix_groups(spec: LLMWorkloadSpec, pre_rng: np.random.Generator, vocab_size: int
+                   ) -> tuple[list[int | None], list[np.ndarray]]:
+    """Which measured request starts with which shared prefix (None: none), and each prefix's
+    token ids, drawn from ``pre_rng`` (the spec's prefix stream): exactly ``round(fraction *
+    n)`` requests, spread round-robin over the groups. The prefixes are drawn first, so the
+    choice depends on the vocabulary as well as the seed."""
+    n = spec.n_requests
+    groups: list[int | None] = [None] * n
+    prefixes: list[np.ndarray] = []
+    shared = spec.shared_prefix
+    if shared is not None:
+        prefixes = [pre_rng.integers(N_SPECIAL_TOKENS, vocab_size, size=shared.length)
+                    for _ in range(shared.groups)]
+        chosen = np.sort(pre_rng.choice(n, size=round(shared.fraction * n), replace=False))
+        for k, i in enumerate(chosen):
+            groups[int(i)] = k % shared.groups
+    return groups, prefixes
+
+
+def prefix_cached_tokens(spec: LLMWorkloadSpec, vocab_size: int) -> np.ndarray:
+    """Per measured request of ``spec`` (in arrival order, as :func:`generate_requests` makes
+    them for a model of ``vocab_size`` tokens): the prompt tokens an engine's prefix cache holds
+    when it arrives, its shared prefix's whole length where an earlier request carried the same
+    prefix, else 0. What a simulator leaves out of the request's prefill; an upper bound (the
+    earlier request is taken as prefilled by then, and a window's few prefixes as never
+    evicted)."""
+    _check_vocab(vocab_size)
+    _, _, _, pre_rng = _streams(spec.seed, 0)
+    groups, _ = _prefix_groups(spec, pre_rng, vocab_size)
+    cached = np.zeros(spec.n_requests, dtype=np.int64)
+    if spec.shared_prefix is None:
+        return cached
+    seen: set[int] = set()
+    for i, group in enumerate(groups):
+        if group is not None:
+            if group in seen:
+                cached[i] = spec.shared_prefix.length
+            seen.add(group)
+    return cached
+
+
 def generate_requests(spec: LLMWorkloadSpec, vocab_size: int) -> list[RequestSpec]:
     """The measured requests of ``spec``, sorted by arrival (``index`` = position in the list).
 
@@ -537,17 +579,8 @@ def generate_requests(spec: LLMWorkloadSpec, vocab_size: int) -> list[RequestSpe
         prompt_lens = spec.prompt_len.sample(len_rng, n)
         output_lens = spec.output_len.sample(len_rng, n)
 
-    groups: list[int | None] = [None] * n
-    prefixes: list[np.ndarray] = []
+    groups, prefixes = _prefix_groups(spec, pre_rng, vocab_size)
     shared = spec.shared_prefix
-    if shared is not None:
-        prefixes = [pre_rng.integers(N_SPECIAL_TOKENS, vocab_size, size=shared.length)
-                    for _ in range(shared.groups)]
-        n_shared = round(shared.fraction * n)
-        chosen = np.sort(pre_rng.choice(n, size=n_shared, replace=False))
-        for k, i in enumerate(chosen):
-            groups[int(i)] = k % shared.groups
-
     requests: list[RequestSpec] = []
     for i in range(n):
         group = groups[i]

@@ -193,6 +193,34 @@ def test_the_probe_past_its_frontend_pins_a_capacity_the_probe_itself_allows(
     assert 40.0 <= cap.rate_rps < 64.0
 
 
+def test_shared_prefixes_prefill_once_where_the_engine_caches_them(
+        stored: HardwareProfile) -> None:
+    """`rag-long-prompt` (half its prompts open with one of four 512-token prefixes): with the
+    prefix cache on (vLLM's default, the knob of role prefix_cache), each prefix after its first
+    arrival costs no prefill, so the prompts replayed are shorter and TTFT p95 lower; the arrivals
+    and output lengths are the same requests."""
+    import yaml
+
+    from objectives.registry import get_target
+
+    assert get_target("vllm").space().knob_with_role("prefix_cache") == "enable_prefix_caching"
+    rag = yaml.safe_load((ROOT / "objectives/workloads/rag-long-prompt.yaml").read_text())
+    params = {**rag["params"], "model": "llama-3-8b", "n_requests": 96, "drain_limit_s": 15}
+    plain = workload_streams(params, seeds=1)(6.0)[0]
+    cached = workload_streams(params, seeds=1, prefix_cache=True)(6.0)[0]
+    assert (plain.arrivals_s == cached.arrivals_s).all()
+    assert (plain.output_tokens == cached.output_tokens).all()
+    saved = plain.prompt_tokens - cached.prompt_tokens
+    assert set(saved.tolist()) == {0, 512} and int((saved == 512).sum()) == 48 - 4
+    ttft = [predict(stored, [s], rate_rps=6.0).figures["ttft_p95_ms"].value
+            for s in (plain, cached)]
+    assert ttft[1] < ttft[0]
+    chat = _chat_streams(stored)  # no shared prefix: nothing changes
+    assert (chat(20.0)[0].prompt_tokens == workload_streams(
+        stored.probe[0]["workload_spec"]["params"], seeds=1,
+        prefix_cache=True)(20.0)[0].prompt_tokens).all()
+
+
 def test_the_probe_measures_eight_second_windows_unless_told_otherwise() -> None:
     """A preset sized for long runs (`chat`: 600 requests at 20 req/s) is cut to the probe's
     window; a user's own `n_requests` or drain is kept."""

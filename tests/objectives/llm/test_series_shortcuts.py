@@ -13,6 +13,7 @@ from advisor.errors import EngineStartError, NotMeasuredError, TrialFailedError
 from objectives import parse_slo
 from objectives.llm.client import FAULT_STALL_ENV
 from objectives.llm.early_stop import SHORTCUTS_ENV
+from objectives.llm.serving_target import _TRUSTED as TRUSTED
 from objectives.llm.workload import at_rate
 from objectives.measurement import Measurement
 from objectives.runner import error_type_of
@@ -37,8 +38,18 @@ def test_a_miss_leaves_the_higher_rate_unmeasured(fake_vllm: Path, tmp_path: Pat
     series = [base, at_rate(base, 100.0, seed_offset=1), at_rate(base, 25.0, seed_offset=2)]
     target = VllmTarget()
     target.trial_slo = parse_slo("ttft_p95_ms<=50,output_tokens_per_s>=1")
-    first_, higher, lower_ = target.run_series({}, series, tmp_path / "cache")
-    first, lower = measured(first_), measured(lower_)
+    # Only a miss the validity gate trusted implies one at a higher rate. On a loaded machine
+    # the client can lag behind its own schedule and the gate distrusts the window; then the
+    # higher rate is measured (rightly) and the series runs again, on a fresh server.
+    for attempt in range(3):
+        fake_vllm.write_text("")
+        first_, higher, lower_ = target.run_series({}, series, tmp_path / f"cache{attempt}")
+        first, lower = measured(first_), measured(lower_)
+        if not shortcuts or first.details["validity"] in TRUSTED:
+            break
+        assert isinstance(higher, Measurement)
+    else:
+        pytest.fail(f"the gate distrusted the first window 3 times: {first.details['validity']}")
     bodies = len(fake_vllm.read_text().splitlines())
     assert first.metrics["ttft_p95_ms"] > 50 and lower.metrics["ttft_p95_ms"] > 50
     if not shortcuts:  # every window whole, each after its own warm-up

@@ -163,3 +163,11 @@ def test_an_unmeasured_config_of_a_measured_class_blends_the_knob_level_answer(
     unplaced = {**measured, "block_size": 128}
     assert not blend.places(unplaced, features)
     assert _curve_notes(ctx, unplaced, features) == []
+
+
+def test_the_prefix_cache_follows_the_knob_of_its_role(sim: LLMSimulation) -> None:
+    """The fit reads the prefix-cache knob by role (vLLM's `enable_prefix_caching`): a config
+    with it on replays shared prompt prefixes as prefilled once, one with it off every time."""
+    assert sim.prefix_cache == "enable_prefix_caching"
+    assert sim.caches_prefixes({}) is True  # vLLM's default: on
+    assert sim.caches_prefixes({"enable_prefix_caching": False}) is False

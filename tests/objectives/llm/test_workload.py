@@ -22,6 +22,7 @@ from objectives.llm.workload import (
     generate_warmup_requests,
     load_preset,
     max_concurrency,
+    prefix_cached_tokens,
     request_shapes,
 )
 from objectives.workload import Workload
@@ -292,6 +293,24 @@ def test_at_rate_refuses_what_has_no_rate() -> None:
         at_rate(base, 0.0, seed_offset=1)
     with pytest.raises(WorkloadError, match="seed_offset >= 1"):
         at_rate(base, 10.0, seed_offset=0)
+
+
+@pytest.mark.parametrize("vocab", [VOCAB, 128_256])
+def test_prefix_cached_tokens_follow_the_generated_prefix_groups(vocab: int) -> None:
+    """A request's shared prefix is cached when an earlier request carried the same one: the
+    groups are the generated requests' own (which depend on the vocabulary), first arrivals
+    pay the whole prompt."""
+    s = spec(n_requests=120, prompt_len={"dist": "uniform", "low": 600, "high": 900},
+             shared_prefix={"fraction": 0.5, "length": 512, "groups": 4})
+    cached = prefix_cached_tokens(s, vocab)
+    seen: set[int] = set()
+    for r, c in zip(generate_requests(s, vocab), cached, strict=True):
+        assert c == (512 if r.prefix_group in seen else 0)
+        assert (r.prefix_group is None) <= (c == 0)
+        if r.prefix_group is not None:
+            seen.add(r.prefix_group)
+    assert len(seen) == 4 and int(cached.sum()) == 512 * (60 - 4)
+    assert not prefix_cached_tokens(spec(), vocab).any()  # no shared prefix: nothing cached
 
 
 def test_request_shapes_are_the_generated_requests_without_their_tokens() -> None:
