@@ -33,6 +33,7 @@ from knowledge import TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.rules import Rule, fit_rules, pareto_front
 from knowledge.surrogates import ContextModels, WorkloadPoint
+from objectives.hardware import hardware_matches
 from objectives.kinds import workload_kinds
 from objectives.metrics import metric_spec
 from objectives.vocabulary import Tier
@@ -291,7 +292,8 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
                      models: KnowledgeModels | None = None) -> CheatSheet:
     """Build the sheet from the fitted models (fitted now when ``models`` is None).
 
-    Filters match like ``advisor trials``: ``hardware`` is part of a hardware key,
+    Filters match like ``advisor trials``: ``hardware`` names a hardware key or a run of its
+    dash-separated parts (objectives/hardware.py ``hardware_matches``),
     ``workload_class`` part of a class name (``chat``, ``150 req/s``, ``N=8000``).
     """
     if models is None:
@@ -301,7 +303,7 @@ def build_cheatsheet(store: TrialStore, *, target: str | None = None,
     for key, ctx in sorted(models.contexts.items()):
         if target and key.target != target:
             continue
-        if hardware and hardware.lower() not in key.hardware_key.lower():
+        if hardware and not hardware_matches(hardware, key.hardware_key):
             continue
         if model and key.model != model:
             continue
@@ -361,7 +363,7 @@ def knob_value(sheet: CheatSheet, knob: str, *, target: str, hardware: str | Non
     """One cheat-sheet value: the recommended ``knob`` for a tier, with its predicted metrics,
     evidence count and context. Raises :class:`NotFoundError` when no row or no such knob."""
     rows = [r for r in sheet.rows if r.target == target and r.tier.name == tier
-            and (hardware is None or hardware.lower() in r.hardware_key.lower())
+            and (hardware is None or hardware_matches(hardware, r.hardware_key))
             and (model is None or r.model == model)
             and (workload_class is None or workload_class.lower() in r.workload_class.lower())]
     if not rows:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from advisor.errors import InputError, WorkloadError
+from objectives.hardware import hardware_matches
 from objectives.llm.shapes import (
     ShapeFeatures,
     display_name,
@@ -121,7 +122,7 @@ def unmeasured_shape(store: TrialStore, *, target: str, hardware: str | None,
 
     models: dict[str, ShapeFeatures | None] = {}
     for trial in store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE)):
-        if hardware is not None and hardware.lower() not in trial.hardware_key.lower():
+        if hardware is not None and not hardware_matches(hardware, trial.hardware_key):
             continue
         model = (trial.workload_spec.get("params") or {}).get("model")
         if not isinstance(model, str) or model in models:

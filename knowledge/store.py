@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, func, inspect, text, update
+from sqlalchemy import event, func, inspect, or_, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, create_engine, select
@@ -573,6 +573,17 @@ def _close_open_stores() -> None:
         store.close(quiet=True)  # a test's store whose file is gone by now is no news
 
 
+def _names_hardware(asked: str) -> Any:
+    """The SQL condition of objectives/hardware.py ``hardware_matches``: the trial's hardware
+    key is ``asked`` (any case) or holds it as a run of its dash-separated parts (``h200``,
+    ``nvidia-h200``), never as a fragment of one (``0``); keys are lower case."""
+    q = asked.lower().strip("-")
+    key = col(TrialRecord.hardware_key)
+    return or_(key == q, key.startswith(q + "-", autoescape=True),
+               key.endswith("-" + q, autoescape=True),
+               key.contains("-" + q + "-", autoescape=True))
+
+
 def _filtered(q: Any, flt: TrialFilter) -> Any:
     """``q`` (a select over trials) restricted to the trials ``flt`` matches."""
     if flt.study is not None:
@@ -585,7 +596,7 @@ def _filtered(q: Any, flt: TrialFilter) -> Any:
     if flt.feasible is not None:
         q = q.where(TrialRecord.feasible == flt.feasible)
     if flt.hardware_key is not None:
-        q = q.where(col(TrialRecord.hardware_key).contains(flt.hardware_key, autoescape=True))
+        q = q.where(_names_hardware(flt.hardware_key))
     if flt.workload_hash is not None:
         q = q.where(TrialRecord.workload_hash == flt.workload_hash)
     return q

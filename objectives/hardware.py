@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["filed_under", "fingerprint", "hardware_key"]
+__all__ = ["filed_under", "fingerprint", "hardware_key", "hardware_matches"]
 
 
 def _cpu_model() -> str:
@@ -115,6 +115,17 @@ def filed_under(hardware: Mapping[str, Any], *, uses_accelerator: bool) -> str:
 def hardware_key() -> str:
     """The short key of this machine."""
     return str(fingerprint()["key"])
+
+
+def hardware_matches(query: str, key: str) -> bool:
+    """Whether ``query`` names the hardware ``key``: the whole key or a run of its dash-separated
+    parts, in any case (``h200``, ``nvidia-h200``, ``80gb-hbm3``, ``cpu`` each name
+    ``1x-nvidia-h200`` or ``cpu-amd-epyc-2c`` as they fit). A fragment of a part (``0``, ``h1``)
+    names nothing: it would select every key that happens to contain it."""
+    asked = [p for p in query.lower().split("-") if p]
+    parts = key.lower().split("-")
+    n = len(asked)
+    return bool(asked) and any(parts[i:i + n] == asked for i in range(len(parts) - n + 1))
 
 
 def hardware_key_with_gpus(n_gpus: int) -> str:

@@ -57,6 +57,7 @@ from knowledge.calibrated import (
 from knowledge.profiles import HardwareProfile, list_profiles, profiles_version
 from knowledge.surrogates import workload_distance, workload_features
 from objectives import SLO
+from objectives.hardware import hardware_matches
 from objectives.metrics import metric_spec
 from objectives.target import Target
 from objectives.workload import Workload, canonical_json
@@ -128,9 +129,8 @@ class CalibratedAnswer:
 
 
 def _matches(profile: HardwareProfile, hardware: str) -> bool:
-    asked = hardware.lower()
-    return asked in (profile.hardware, profile.hardware_key.lower()) or (
-        asked in profile.hardware_key.lower())
+    return hardware.lower() == profile.hardware or hardware_matches(hardware,
+                                                                     profile.hardware_key)
 
 
 def _model_trials(store: TrialStore, target: str, hardware_key: str, model: str

@@ -64,6 +64,7 @@ from knowledge.surrogates import (
     workload_params,
 )
 from objectives import SLO
+from objectives.hardware import hardware_matches
 from objectives.llm.models import MODEL_SHAPES
 from objectives.registry import get_target
 from objectives.target import Target
@@ -744,7 +745,7 @@ def _pick_context(models: KnowledgeModels, query: RecommendationQuery
     if not contexts:
         return None, f"no fitted knowledge for target {query.target!r} yet", notes
     if query.hardware:
-        on_hw = [c for c in contexts if query.hardware.lower() in c.key.hardware_key.lower()]
+        on_hw = [c for c in contexts if hardware_matches(query.hardware, c.key.hardware_key)]
         if not on_hw:
             known = sorted({c.key.hardware_key for c in contexts})
             return None, (f"no {query.target} trials on hardware {query.hardware!r} (measured: "

@@ -33,6 +33,7 @@ from knowledge.shape_transfer import (
 from knowledge.surrogates import context_of, workload_features
 from knowledge.validity import is_usable
 from objectives import SLO
+from objectives.hardware import hardware_matches
 from objectives.llm.shapes import KV_DTYPE_BYTES, ShapeFeatures, shape_features
 from objectives.registry import get_target
 from objectives.workload import Workload
@@ -152,7 +153,7 @@ def shape_groups(store: TrialStore, target: str, hardware: str | None,
     for a shape transfer; trials of models without shape features are left out."""
     groups: dict[tuple[str, str | None, str], _Group] = {}
     for t in store.list_trials(TrialFilter(target=target, status=TrialStatus.COMPLETE)):
-        if hardware is not None and hardware.lower() not in t.hardware_key.lower():
+        if hardware is not None and not hardware_matches(hardware, t.hardware_key):
             continue
         model = trial_model(t)
         if (not t.metrics or not is_usable(t.details) or model is None

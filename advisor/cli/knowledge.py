@@ -40,7 +40,8 @@ def knowledge_export_cmd(
     target: Annotated[str | None, typer.Option(help="Only trials of this target.")] = None,
     study: Annotated[str | None, typer.Option(help="Only trials of this study.")] = None,
     hardware: Annotated[str | None, typer.Option(callback=one_line,
-        help="Only trials whose hardware key contains this text.")] = None,
+        help="Only trials on this hardware: its key, or a run of the key's dash-separated "
+             "parts (e.g. h200, nvidia-h200, cpu).")] = None,
 ) -> None:
     """Export trials (with their studies and SLO margins) as JSONL, one trial per line."""
     from knowledge import TrialFilter

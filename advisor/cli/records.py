@@ -59,7 +59,8 @@ def trials_cmd(
         "--feasible/--infeasible", help="Only trials that met / missed their study's SLO.",
         show_default=False)] = None,
     hardware: Annotated[str | None, typer.Option(callback=one_line,
-        help="Only trials whose hardware key contains this text (e.g. h200, cpu).")] = None,
+        help="Only trials on this hardware: its key, or a run of the key's dash-separated "
+             "parts (e.g. h200, nvidia-h200, cpu).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
     wide: Annotated[bool, typer.Option("--wide", help=WIDE_HELP)] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help=CSV_HELP)] = False,

@@ -184,7 +184,14 @@ class StoreContract:
         assert len(store.list_trials(TrialFilter(status=TrialStatus.FAILED))) == 2
         assert [t.number for t in store.list_trials(TrialFilter(study="s1", feasible=True))] == [1]
         assert len(store.list_trials(TrialFilter(hardware_key="h200"))) == 2
-        # The filter is a substring, not a pattern: SQL wildcards match only themselves.
+        # The filter names a key or a run of its dash-separated parts, in any case (objectives/
+        # hardware.py hardware_matches), never a fragment of a part; not a pattern either: SQL
+        # wildcards match only themselves.
+        for named in ("1x-nvidia-h200", "NVIDIA-H200", "1x-nvidia", "x"):
+            assert len(store.list_trials(TrialFilter(hardware_key=named))) == {
+                "x": len(store.list_trials(TrialFilter(hardware_key="cpu-x-2c")))}.get(named, 2)
+        assert store.list_trials(TrialFilter(hardware_key="h20")) == []
+        assert store.list_trials(TrialFilter(hardware_key="0")) == []
         assert store.list_trials(TrialFilter(hardware_key="%")) == []
         assert store.list_trials(TrialFilter(hardware_key="nvidia_h200")) == []
         for flt in (TrialFilter(), TrialFilter(study="s2"), TrialFilter(hardware_key="h200"),

@@ -101,3 +101,16 @@ def test_refiling_an_old_export_rewrites_every_key_of_the_line() -> None:
     assert change == ("1x-nvidia-h200", "cpu-intel-xeon-processor-16c")
     assert "1x-nvidia-h200" not in new and new.count("cpu-intel-xeon-processor-16c") == 3
     assert refile_line(new) == (new, None)
+
+
+def test_a_hardware_filter_names_whole_parts_of_a_key() -> None:
+    """`--hardware h200` names `1x-nvidia-h200`; `0` or `h2` name nothing (they used to select
+    every key that contained them, `GET /v1/cheatsheet?hardware=0` every context)."""
+    key = "1x-nvidia-h100-80gb-hbm3"
+    for query in ("h100", "H100", "nvidia-h100", "80gb-hbm3", "1x-nvidia-h100-80gb-hbm3",
+                  "h100-"):
+        assert hardware.hardware_matches(query, key), query
+    for query in ("0", "h1", "h10", "100", "hbm", "h100-hbm3", "", "-"):
+        assert not hardware.hardware_matches(query, key), query
+    assert hardware.hardware_matches("cpu", "cpu-amd-epyc-2c")
+    assert not hardware.hardware_matches("2", "cpu-amd-epyc-2c")
