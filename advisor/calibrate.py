@@ -30,8 +30,8 @@ from knowledge.batch_sim import FRONTEND_TOKEN_MS, RequestStream
 from knowledge.models import TrialRecord, TrialStatus
 from knowledge.profiles import HardwareProfile
 from objectives.llm.simulation import fit as fit_simulation
-from objectives.llm.simulation import mean_step_ms, prefill_prompt_tokens
-from objectives.llm.workload import LLMWorkloadSpec, request_shapes
+from objectives.llm.simulation import mean_step_ms, request_stream
+from objectives.llm.workload import LLMWorkloadSpec
 
 __all__ = [
     "ERROR_METRICS",
@@ -144,12 +144,9 @@ def _predict_own(trials: Sequence[TrialRecord], held: TrialRecord) -> dict[str, 
     model = sim.models.get(sim.step_class(held.config))
     if model is None:
         return None
-    spec = LLMWorkloadSpec.from_params(held.workload_spec["params"])
-    arrivals, prompts, outputs = request_shapes(spec)
-    if sim.caches_prefixes(held.config):
-        prompts = prefill_prompt_tokens(spec, prompts)
-    return model.predict(RequestStream(arrivals, prompts, outputs, spec.drain_limit_s),
-                         *sim.limits(held.config))
+    stream = request_stream(LLMWorkloadSpec.from_params(held.workload_spec["params"]),
+                            sim.caches_prefixes(held.config))
+    return model.predict(stream, *sim.limits(held.config))
 
 
 def leave_one_out_errors(trials: Sequence[TrialRecord]) -> dict[str, float]:
@@ -258,7 +255,7 @@ def workload_streams(params: Mapping[str, Any], *, seeds: int = PREDICT_SEEDS,
     """The request streams of the workload ``params`` (an ``llm-serving`` spec's params) moved
     to any arrival rate, its arrival window kept: a stream source for knowledge/calibrated.py.
     ``prefix_cache``: the engine serves shared prompt prefixes from its cache, so each prompt
-    counts only what it prefills (objectives/llm/simulation.py ``prefill_prompt_tokens``)."""
+    counts only what it prefills (objectives/llm/simulation.py ``request_stream``)."""
     spec = LLMWorkloadSpec.from_params(params)
     if spec.arrival.rate_rps is None:
         raise AdvisorError("a predicted rate needs a poisson or gamma workload")
@@ -270,11 +267,8 @@ def workload_streams(params: Mapping[str, Any], *, seeds: int = PREDICT_SEEDS,
                  "n_requests": max(1, round(window * rate))}
         out = []
         for k in range(seeds):
-            s = LLMWorkloadSpec.from_params({**moved, "seed": seed + k})
-            arrivals, prompts, outputs = request_shapes(s)
-            if prefix_cache:
-                prompts = prefill_prompt_tokens(s, prompts)
-            out.append(RequestStream(arrivals, prompts, outputs, s.drain_limit_s))
+            out.append(request_stream(LLMWorkloadSpec.from_params({**moved, "seed": seed + k}),
+                                      prefix_cache))
         return out
 
     return at

@@ -238,15 +238,13 @@ def planned_configs(store: TrialStore, question: StudyQuestion, *, models: Model
 
 def most_measured_elsewhere(store: TrialStore, question: StudyQuestion) -> str | None:
     """The hardware other than ``question``'s with the most stored trials of its target serving
-    its model, or None."""
-    counts: dict[str, int] = {}
-    for study in store.list_studies(question.target):
-        model = (study.workload_spec.get("params") or {}).get("model")
-        if study.hardware_key == question.hardware_key or question.model is None \
-                or str(model) != question.model:
-            continue
-        counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
-            int(study.n_trials or 0), 1)
+    its model (the planner's count, ``evidence_by_hardware``), or None."""
+    from advisor.answers.planner import evidence_by_hardware
+
+    if question.model is None:
+        return None
+    counts = evidence_by_hardware(store.list_studies(question.target), question.model)
+    counts.pop(question.hardware_key, None)
     return max(counts, key=lambda k: (counts[k], k)) if counts else None
 
 

@@ -58,6 +58,7 @@ from knowledge.profiles import HardwareProfile, list_profiles, profiles_version
 from knowledge.surrogates import workload_distance, workload_features
 from objectives import SLO
 from objectives.hardware import hardware_matches
+from objectives.llm.simulation import caches_prefixes
 from objectives.metrics import metric_spec
 from objectives.target import Target
 from objectives.workload import Workload, canonical_json
@@ -668,8 +669,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
 def _caches_prefixes(engine: Target, config: Mapping[str, Any]) -> bool:
     """Whether ``config`` of ``engine`` turns on the knob whose role is the prefix cache."""
     space = engine.space()
-    knob = space.knob_with_role("prefix_cache")
-    return knob is not None and bool({**space.default_config(), **config}.get(knob))
+    return caches_prefixes(space.knob_with_role("prefix_cache"), space.default_config(), config)
 
 
 def _slo_bounds(slo: SLO) -> dict[str, float]:

@@ -24,7 +24,7 @@ refusal: ``no_feasible_config`` says every candidate misses (rule.py's ``undecid
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -65,12 +65,12 @@ from advisor.answers.rule import Verdict, predicted_verdict
 from advisor.answers.shapes import ShapeRecommendation, answer_unmeasured_shape
 from advisor.answers.versus_default import DefaultComparison
 from advisor.model_config import UnmeasuredShape
-from knowledge import TrialStore
+from knowledge import StudyRecord, TrialStore
 from knowledge.cache import KnowledgeModels
 from knowledge.surrogates import workload_features
 from objectives.llm.shapes import display_name
 
-__all__ = ["ModelsSource", "plan_recommendation"]
+__all__ = ["ModelsSource", "evidence_by_hardware", "plan_recommendation"]
 
 #: The fitted models, or a callable that fits/loads them only when the question needs them (a
 #: measured-only or unmeasured-shape question answers without them).
@@ -126,26 +126,29 @@ def plan_recommendation(store: TrialStore, request: RecommendationRequest, *,
 
 # -- hardware ----------------------------------------------------------------------------------
 
+def evidence_by_hardware(studies: Sequence[StudyRecord], model_key: str | None
+                         ) -> dict[str, int]:
+    """Per hardware key, the trials ``studies`` (one target's) budgeted there, of the model
+    ``model_key`` (studies naming no model count for any; None: every study)."""
+    counts: dict[str, int] = {}
+    for study in studies:
+        model = (study.workload_spec.get("params") or {}).get("model")
+        if model_key is not None and model is not None and str(model) != model_key:
+            continue
+        counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
+            int(study.n_trials or 0), 1)
+    return counts
+
+
 def _hardware(store: TrialStore, q: ResolvedQuestion, this: str | None
               ) -> tuple[str | None, list[str]]:
     """The hardware to answer for: the asked one; else this machine's when it measured the
     target; else the measured hardware with the most trials (of the model, if one was named)."""
     if q.request.hardware is not None:
         return q.request.hardware, []
-
-    def counts_for(model_key: str | None) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for study in studies:
-            model = (study.workload_spec.get("params") or {}).get("model")
-            if model_key is not None and model is not None and str(model) != model_key:
-                continue
-            counts[study.hardware_key] = counts.get(study.hardware_key, 0) + max(
-                int(study.n_trials or 0), 1)
-        return counts
-
     studies = store.list_studies(q.engine.name)
     # The machines that measured the model asked, else (a model nobody measured) the target.
-    counts = counts_for(q.model_key) or counts_for(None)
+    counts = evidence_by_hardware(studies, q.model_key) or evidence_by_hardware(studies, None)
     if not counts:
         return this, []
     if this is not None and this in counts:

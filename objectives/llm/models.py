@@ -22,8 +22,8 @@ from objectives.atomic_files import atomic_write_text
 from objectives.llm.shapes import MODEL_SHAPES, N_SPECIAL_TOKENS, model_config, parameter_count
 
 __all__ = ["MODEL_SHAPES", "N_SPECIAL_TOKENS", "PAD_TOKEN", "TOKENIZER_DIR", "TOKENIZER_LAYOUT",
-           "model_config", "model_dir_parameters", "parameter_count", "prompt_text",
-           "tokenizer_dir", "vocab_size_of", "write_model_dir"]
+           "config_vocab_size", "model_config", "model_dir_parameters", "parameter_count",
+           "prompt_text", "tokenizer_dir", "vocab_size_of", "write_model_dir"]
 
 #: The padding (and unknown) token's text, long on purpose. vLLM refuses a prompt of more
 #: characters than its input-token budget (max_model_len - max_tokens) times the longest token
@@ -93,8 +93,12 @@ def vocab_size_of(model: Any) -> int | None:
         config = json.loads((Path(str(model)).expanduser() / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(config, dict):
-        return None
+    return config_vocab_size(config) if isinstance(config, dict) else None
+
+
+def config_vocab_size(config: Mapping[str, Any]) -> int | None:
+    """The vocabulary size a Hugging Face ``config.json`` declares (its ``text_config``'s for a
+    multimodal one), or None where it declares no integer one."""
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return vocab if isinstance(vocab, int) else None
 

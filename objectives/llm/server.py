@@ -42,7 +42,13 @@ from objectives.llm.client import LoadResult, run_load
 from objectives.llm.client_pool import auto_processes, process_ceiling, run_load_sharded
 from objectives.llm.early_stop import MissBound, MissWatch
 from objectives.llm.metrics import request_samples, summarize
-from objectives.llm.models import MODEL_SHAPES, model_config, tokenizer_dir, write_model_dir
+from objectives.llm.models import (
+    MODEL_SHAPES,
+    config_vocab_size,
+    model_config,
+    tokenizer_dir,
+    write_model_dir,
+)
 from objectives.llm.requests import RequestSpec
 from objectives.llm.server_metrics import (
     GaugeSampler,
@@ -430,8 +436,8 @@ def describe_model(model: str) -> ModelSource:
     if not isinstance(config, dict):
         raise WorkloadError(f"model directory {path} has no readable config.json")
     text_config = config.get("text_config") or {}
-    vocab = config.get("vocab_size") or text_config.get("vocab_size")
-    if not isinstance(vocab, int):
+    vocab = config_vocab_size(config)
+    if vocab is None:
         raise WorkloadError(f"{path / 'config.json'} has no integer vocab_size")
     max_pos = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
     return ModelSource(path.resolve(), None, vocab, max_pos if isinstance(max_pos, int) else None)

@@ -34,8 +34,18 @@ from knowledge.batch_sim import (
 from objectives.llm.models import vocab_size_of
 from objectives.llm.workload import KIND, LLMWorkloadSpec, prefix_cached_tokens, request_shapes
 
-__all__ = ["SEEDS", "SEED_OFFSET", "UNMEASURED_SEEDS", "LLMSimulation", "first_token_ms", "fit",
-           "mean_step_ms", "prefill_prompt_tokens"]
+__all__ = [
+    "SEEDS",
+    "SEED_OFFSET",
+    "UNMEASURED_SEEDS",
+    "LLMSimulation",
+    "caches_prefixes",
+    "first_token_ms",
+    "fit",
+    "mean_step_ms",
+    "prefill_prompt_tokens",
+    "request_stream",
+]
 
 #: Streams simulated per asked workload for a config measured with its batch limits (figures
 #: are their geometric mean).
@@ -83,14 +93,25 @@ def prefill_prompt_tokens(spec: LLMWorkloadSpec, prompts: np.ndarray) -> np.ndar
     return np.maximum(np.asarray(prompts) - cached, 1)
 
 
-def _stream(params: Mapping[str, Any], prefix_cache: bool = False) -> RequestStream:
-    """The request stream of a workload's ``params``; with ``prefix_cache``, each prompt
-    counts only the tokens the engine prefills (:func:`prefill_prompt_tokens`)."""
-    spec = LLMWorkloadSpec.from_params(params)
+def request_stream(spec: LLMWorkloadSpec, prefix_cache: bool = False) -> RequestStream:
+    """The requests of ``spec`` as the simulator replays them; with ``prefix_cache`` (the
+    engine caches prefixes: :func:`caches_prefixes`), each prompt counts only the tokens the
+    engine prefills (:func:`prefill_prompt_tokens`)."""
     arrivals, prompts, outputs = request_shapes(spec)
     if prefix_cache:
         prompts = prefill_prompt_tokens(spec, prompts)
     return RequestStream(arrivals, prompts, outputs, spec.drain_limit_s)
+
+
+def caches_prefixes(knob: str | None, defaults: Mapping[str, Any],
+                    config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` (missing knobs at ``defaults``) turns on ``knob``, the knob a search
+    space marks with the role ``prefix_cache`` (None: it marks none)."""
+    return knob is not None and bool(config.get(knob, defaults.get(knob)))
+
+
+def _stream(params: Mapping[str, Any], prefix_cache: bool = False) -> RequestStream:
+    return request_stream(LLMWorkloadSpec.from_params(params), prefix_cache)
 
 
 def mean_step_ms(trial: Any) -> float | None:
@@ -131,9 +152,7 @@ class LLMSimulation:
 
     def caches_prefixes(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config``'s engine serves shared prompt prefixes from its cache."""
-        if self.prefix_cache is None:
-            return False
-        return bool(config.get(self.prefix_cache, self.defaults.get(self.prefix_cache)))
+        return caches_prefixes(self.prefix_cache, self.defaults, config)
 
     def limits(self, config: Mapping[str, Any]) -> tuple[int, int]:
         return (int(config.get(self.slots, self.defaults[self.slots])),
