@@ -4,8 +4,10 @@ model, each figure with an interval widened by the calibration's measured error 
 window-to-window noise; the highest arrival rate that meets an SLO; the replicas a total rate
 needs. Every answer here is labelled :data:`LABEL`: predicted, never measured.
 
-A config's batch limits (batch slots, the step's token budget) act through the simulator
-itself. Every other knob acts as a :class:`KnobEffect`: the ratio its measured trials on another
+A config's batch limits (batch slots, the step's token budget) and the processes in front of
+the engine act through the simulator itself: the frontend's calibrated cost per streamed token is
+the probe's server's, and N times its processes share it as one frontend N times as fast (a
+structural assumption, not a measured effect: docs/new-gpu.md). Every other knob acts as a :class:`KnobEffect`: the ratio its measured trials on another
 machine showed against that machine's defaults (at the same share of capacity), with the log
 spread of that ratio widening the interval; the caller decides which knobs transfer that way
 (docs/new-gpu.md says which do and which do not).
@@ -18,14 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from knowledge.batch_sim import RequestStream
+from knowledge.batch_sim import BatchModel, Frontend, RequestStream
 from knowledge.profiles import HardwareProfile
 
 __all__ = ["LABEL", "Capacity", "Figure", "KnobEffect", "Prediction", "Replicas",
-           "StreamsAt", "capacity_at_slo", "predict", "replicas_for"]
+           "StreamsAt", "capacity_at_slo", "frontend_scaled", "predict", "replicas_for"]
 
 #: How every answer from a calibration is labelled.
 LABEL = "predicted from calibration"
@@ -70,6 +72,17 @@ class Prediction:
     profile: str = ""
 
 
+def frontend_scaled(model: BatchModel, processes: float) -> BatchModel:
+    """``model`` with ``processes`` times its frontend: each streamed token costs the frontend
+    1/``processes`` of the calibrated time (the processes split the requests between them, and
+    the simulator's one frontend queue stands for them all)."""
+    if not processes > 0:
+        raise ValueError(f"frontend processes must be > 0, got {processes}")
+    if processes == 1 or not model.frontend.active:
+        return model
+    return replace(model, frontend=Frontend(model.frontend.per_token_ms / processes))
+
+
 def _z() -> float:
     return NormalDist().inv_cdf(0.5 + COVERAGE / 2)
 
@@ -87,14 +100,15 @@ def _log_sd(profile: HardwareProfile, metric: str, effect: KnobEffect | None) ->
 
 def predict(profile: HardwareProfile, streams: Sequence[RequestStream], *, rate_rps: float,
             slots: int | None = None, token_budget: int | None = None,
-            effect: KnobEffect | None = None) -> Prediction:
+            effect: KnobEffect | None = None, frontend_processes: float = 1.0) -> Prediction:
     """The figures of a config on ``profile``'s machine for ``streams`` (one or more replays of
     the workload at ``rate_rps``; each figure is the geometric mean over them), under the
-    config's batch limits (the profile's where None) and a knob effect carried from another
-    machine (none: the profile's own config)."""
+    config's batch limits (the profile's where None), a knob effect carried from another
+    machine (none: the profile's own config) and ``frontend_processes`` times the probe's
+    server processes in front of the engine (:func:`frontend_scaled`)."""
     if not streams:
         raise ValueError("predict needs at least one request stream")
-    model = profile.batch_model()
+    model = frontend_scaled(profile.batch_model(), frontend_processes)
     slots = profile.slots if slots is None else slots
     budget = profile.token_budget if token_budget is None else token_budget
     logs: dict[str, list[float]] = {}
@@ -148,15 +162,15 @@ def _meets(prediction: Prediction, slo: Mapping[str, float], side: str) -> bool:
 def capacity_at_slo(profile: HardwareProfile, streams_at: StreamsAt, slo: Mapping[str, float],
                     *, low_rps: float, high_rps: float, slots: int | None = None,
                     token_budget: int | None = None, effect: KnobEffect | None = None,
-                    tolerance: float = 0.02,
+                    frontend_processes: float = 1.0, tolerance: float = 0.02,
                     predictions: MutableMapping[float, Prediction] | None = None) -> Capacity:
     """The highest rate in [``low_rps``, ``high_rps``] whose prediction meets ``slo``
     (bisection to ``tolerance`` relative; the figures rise with the rate), for the predicted
     values and for each interval bound. A side that fails already at ``low_rps`` reads
     ``low_rps``'s lower neighbour 0; one that holds at ``high_rps`` reads ``high_rps``.
 
-    ``predictions``: the predictions by rate of this profile, stream source, batch limits and
-    effect made so far, read and added to; a caller bisecting several SLOs of one config passes
+    ``predictions``: the predictions by rate of this profile, stream source, batch limits,
+    effect and frontend processes made so far, read and added to; a caller bisecting several SLOs of one config passes
     one mapping to them all (every bisection starts at the same rates)."""
     if not 0 < low_rps < high_rps:
         raise ValueError(f"`0 < low_rps < high_rps` must hold, got {low_rps}, {high_rps}")
@@ -165,7 +179,8 @@ def capacity_at_slo(profile: HardwareProfile, streams_at: StreamsAt, slo: Mappin
     def at(rate: float) -> Prediction:
         if rate not in cache:
             cache[rate] = predict(profile, streams_at(rate), rate_rps=rate, slots=slots,
-                                  token_budget=token_budget, effect=effect)
+                                  token_budget=token_budget, effect=effect,
+                                  frontend_processes=frontend_processes)
         return cache[rate]
 
     def highest(side: str) -> float:

@@ -25,9 +25,11 @@ _KNOB_FIELDS = {
     "flag", "flags", "when", "high_from", "role", "default_without_flag",
 }
 #: What a knob may declare it holds, for models that need to know (knowledge/batch_sim.py):
-#: the most sequences one engine step runs, the tokens one step may compute, and whether the
-#: engine serves shared prompt prefixes from its cache (objectives/llm/simulation.py).
-KNOB_ROLES = frozenset({"batch_slots", "step_token_budget", "prefix_cache"})
+#: the most sequences one engine step runs, the tokens one step may compute, whether the
+#: engine serves shared prompt prefixes from its cache (objectives/llm/simulation.py), and how
+#: many server processes share the work in front of the engine (knowledge/calibrated.py).
+KNOB_ROLES = frozenset({"batch_slots", "step_token_budget", "prefix_cache",
+                        "frontend_processes"})
 _TOP_FIELDS = {"target", "engine", "description", "knobs"}
 _STAGES = {"build", "engine", "search", "client"}
 

@@ -4,8 +4,9 @@ hardware has a profile for the target and model and too little measured evidence
 configs (its trials of the model hold fewer than :data:`MIN_MEASURED_CONFIGS` configs).
 
 Candidates are the engine defaults (first) and variants of the knobs the target's space marks as
-batch limits (roles ``batch_slots`` and ``step_token_budget``), which act through the
-continuous-batching simulator with the profile's step costs (knowledge/calibrated.py), and the
+batch limits (roles ``batch_slots`` and ``step_token_budget``) and as the server processes in
+front of the engine (role ``frontend_processes``), which act through the continuous-batching
+simulator with the profile's step costs and frontend cost (knowledge/calibrated.py), and the
 configs that change only the knobs the target declares carried (``calibration_carried_knobs``):
 their effect is the ratio against the defaults measured on the hardware with the most trials of
 the model, its spread widening the interval. Every other knob stays at its default: its effect
@@ -83,8 +84,14 @@ __all__ = [
 MIN_MEASURED_CONFIGS = 2
 #: The knob roles whose values act through the simulator (search_spaces/space.py KNOB_ROLES).
 BATCH_ROLES = ("batch_slots", "step_token_budget")
+#: The knob role whose value scales the simulator's frontend (knowledge/calibrated.py).
+FRONTEND_ROLE = "frontend_processes"
 #: Batch-limit variants tried: the default value times these factors, inside the knob's range.
 VARIANT_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0)
+#: Frontend variants tried: the default process count times these factors, inside the knob's
+#: range. Only doubling: the simulator scales the frontend linearly with its processes, an
+#: assumption no measurement backs beyond the first extra process (docs/new-gpu.md).
+FRONTEND_FACTORS = (1, 2)
 #: The capacity search spans the probe's rates widened by this factor each way.
 CAPACITY_SPAN = 16.0
 
@@ -286,37 +293,44 @@ def _probe_params(profile: HardwareProfile) -> dict[str, Any]:
     return dict(windows[0]["workload_spec"]["params"])
 
 
+def _scaled_values(engine: Target, name: str | None, base: Any,
+                   factors: Sequence[float]) -> list[Any]:
+    """``base`` times each factor, rounded, inside knob ``name``'s range, ``base`` first
+    (``[None]`` where the space marks no such knob)."""
+    if name is None:
+        return [None]
+    knob = engine.space().knob(name)
+    out = []
+    for f in factors:
+        v = round(base * f)
+        if (knob.low is None or v >= knob.low) and (knob.high is None or v <= knob.high):
+            out.append(v)
+    return sorted(set(out), key=lambda v: (v != base, v))
+
+
 def _variants(engine: Target, profile: HardwareProfile) -> list[dict[str, Any]]:
     """The defaults first, then every batch-limit variant inside the knobs' ranges (a step's
-    token budget below its slot count cannot fill its slots, so none is tried)."""
+    token budget below its slot count cannot fill its slots, so none is tried), each with the
+    defaults' frontend processes and with the frontend variants."""
     space = engine.space()
     defaults = {**space.default_config(), **profile.config}
-    names = [space.knob_with_role(role) for role in BATCH_ROLES]
-    values: list[list[Any]] = []
-    for name in names:
-        if name is None:
-            values.append([None])
-            continue
-        knob = space.knob(name)
-        base = defaults[name]
-        out = []
-        for f in VARIANT_FACTORS:
-            v = round(base * f)
-            if (knob.low is None or v >= knob.low) and (knob.high is None or v <= knob.high):
-                out.append(v)
-        values.append(sorted(set(out), key=lambda v: (v != base, v)))
+    names = [space.knob_with_role(role) for role in (*BATCH_ROLES, FRONTEND_ROLE)]
+    factors = (VARIANT_FACTORS, VARIANT_FACTORS, FRONTEND_FACTORS)
+    values = [_scaled_values(engine, name, defaults.get(name), f)
+              for name, f in zip(names, factors, strict=True)]
     configs = [dict(defaults)]
-    for slots in values[0]:
-        for budget in values[1]:
-            config = dict(defaults)
-            for name, v in zip(names, (slots, budget), strict=True):
-                if name is not None and v is not None:
-                    config[name] = v
-            slots_knob, budget_knob = names
-            if slots_knob and budget_knob and config[budget_knob] < config[slots_knob]:
-                continue
-            if config not in configs:
-                configs.append(config)
+    for processes in values[2]:
+        for slots in values[0]:
+            for budget in values[1]:
+                config = dict(defaults)
+                for name, v in zip(names, (slots, budget, processes), strict=True):
+                    if name is not None and v is not None:
+                        config[name] = v
+                slots_knob, budget_knob, _ = names
+                if slots_knob and budget_knob and config[budget_knob] < config[slots_knob]:
+                    continue
+                if config not in configs:
+                    configs.append(config)
     return configs
 
 
@@ -325,6 +339,22 @@ def _limits(engine: Target, config: Mapping[str, Any]) -> tuple[int | None, int 
     slots, budget = (space.knob_with_role(role) for role in BATCH_ROLES)
     return (None if slots is None else int(config[slots]),
             None if budget is None else int(config[budget]))
+
+
+def _frontend_processes(engine: Target, profile: HardwareProfile,
+                        config: Mapping[str, Any]) -> float:
+    """How many times the probe's server processes in front of the engine ``config`` runs (the
+    knob whose role is :data:`FRONTEND_ROLE`; 1 where the space marks none)."""
+    space = engine.space()
+    name = space.knob_with_role(FRONTEND_ROLE)
+    if name is None:
+        return 1.0
+    default = space.default_config().get(name)
+    probed = profile.config.get(name, default)
+    mine = config.get(name, default)
+    if not isinstance(probed, int | float) or not isinstance(mine, int | float) or probed <= 0:
+        return 1.0
+    return float(mine) / float(probed)
 
 
 def _intervals(p: Prediction) -> dict[str, tuple[float, float, float]]:
@@ -475,14 +505,15 @@ _RATES_KEPT = 4096
 
 
 def _predictions_of(profile: HardwareProfile, slots: int | None, budget: int | None,
-                    effect: KnobEffect | None) -> dict[float, Prediction]:
+                    effect: KnobEffect | None, processes: float = 1.0
+                    ) -> dict[float, Prediction]:
     """The predictions made in this process of one config on ``profile``, by arrival rate:
     an answer's own rate and every rate a capacity bisection tried. Each bisection of a config
     starts at the same rates whatever the SLO, and an answer at a rate is asked once per SLO;
     both read one simulation of a rate (every prediction here replays the profile's probe
     streams at that rate, :func:`answer_from_calibration`)."""
-    by_rate = _remembered(_PREDICTIONS, (profile.uid, slots, budget, repr(effect)), 256,
-                          dict)
+    by_rate = _remembered(_PREDICTIONS, (profile.uid, slots, budget, repr(effect), processes),
+                          256, dict)
     if len(by_rate) > _RATES_KEPT:
         by_rate.clear()
     return by_rate
@@ -541,11 +572,13 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     for config, effect in zip(configs, effects, strict=True):
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
+        processes = _frontend_processes(engine, profile, config)
         # One simulation per config and rate, whatever the SLO asked.
         predicted = _remembered(
-            _predictions_of(profile, slots, budget, effect), rate, _RATES_KEPT,
+            _predictions_of(profile, slots, budget, effect, processes), rate, _RATES_KEPT,
             functools.partial(predict, profile, streams, rate_rps=rate, slots=slots,
-                              token_budget=budget, effect=effect))
+                              token_budget=budget, effect=effect,
+                              frontend_processes=processes))
         said = note if effect is None else (
             f"{note}; the effect of "
             + ", ".join(f"{k}={v}" for k, v in sorted(config.items())
@@ -568,7 +601,9 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
              + " req/s): the GPU's trials of this model measured fewer than "
              f"{MIN_MEASURED_CONFIGS} configs, so the simulator with the calibrated step costs "
              "answers where no window was measured at this workload",
-             "from a calibration the batch limits vary through the simulator, the knobs the "
+             "from a calibration the batch limits vary through the simulator, and so do the "
+             "server processes in front of the engine (they share the calibrated frontend cost "
+             "per token, assumed to scale with their count: not measured), the knobs the "
              f"target carries ({', '.join(carried_knobs(engine)) or 'none'}) as their ratio "
              "against the defaults measured on the hardware with the most trials of this model; "
              "every other knob stays at its default: its effect does not transfer "
@@ -608,6 +643,7 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
     def capacity_of(i: int) -> CapacityAt:
         config = configs[i]
         slots, budget = _limits(engine, config)
+        processes = _frontend_processes(engine, profile, config)
         # The capacity does not depend on the asked rate: one bisection per profile, config,
         # SLO and carried effect serves every rate asked of them (the audit asks dozens).
         memo = (profile.uid, canonical_json(dict(config)), str(slo), repr(effects[i]),
@@ -615,7 +651,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         cap = _remembered(_CAPACITIES, memo, 4096, lambda: capacity_at_slo(
             profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps, high_rps=high_rps,
             slots=slots, token_budget=budget, effect=effects[i],
-            predictions=_predictions_of(profile, slots, budget, effects[i])))
+            frontend_processes=processes,
+            predictions=_predictions_of(profile, slots, budget, effects[i], processes)))
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None

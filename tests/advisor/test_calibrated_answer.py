@@ -274,3 +274,24 @@ def test_another_shape_is_carried_by_the_ratio_measured_where_both_were_calibrat
             error ** 2 + base.noise_log[metric] ** 2), rel=1e-6)
         own = eight.default.figures[metric]  # type: ignore[union-attr]
         assert half > math.log(own.high / own.value)  # type: ignore[operator]
+
+
+def test_a_second_frontend_process_is_a_candidate_through_the_simulator(
+        store: TrialStore) -> None:
+    """The defaults missed at 64 req/s with the frontend past its capacity (the probe's top
+    window): the candidates include each batch-limit variant with twice the server processes in
+    front of the engine (the knob of role frontend_processes), which the simulator gives half
+    the calibrated frontend cost per token; at 60 req/s the most promising candidate is the
+    defaults with a second API server, and the answer says the scaling is assumed."""
+    space = get_target("vllm").space()
+    knob = space.knob_with_role("frontend_processes")
+    assert knob == "api_server_count"
+    defaults = space.default_config()
+    answer = _ask(store, 60)
+    assert answer.status == "undecided"
+    named = answer.details["calibration"]["to_measure"]
+    assert {k: v for k, v in named[0].items() if defaults.get(k) != v} == {knob: 2}
+    assert {c[knob] for c in named} <= {1, 2}
+    assert sum(c[knob] == 2 for c in named) >= answer.candidates["considered"] // 2 - 1
+    assert any("server processes in front of the engine" in n and "not measured" in n
+               for n in answer.notes)

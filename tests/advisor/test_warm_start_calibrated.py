@@ -80,18 +80,18 @@ def test_a_calibrated_gpu_queues_the_candidates_the_planner_would_measure(
 
 def test_the_defaults_the_planner_names_are_measured_once(
         tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> None:
-    # The profile alone (no window measured): the defaults straddle the SLO and lean to meeting,
-    # so they come first among the candidates to measure. A study measures them first anyway:
-    # its warm start queues the next ones. Without the default trial, the default is a
-    # candidate like any other.
+    # The profile alone (no window measured): at 55 req/s, below the capacity the profile
+    # predicts, the defaults straddle the SLO and lean to meeting, so they come first among the
+    # candidates to measure. A study measures them first anyway: its warm start queues the
+    # next ones. Without the default trial, the default is a candidate like any other.
     url = f"sqlite:///{tmp_path_factory.mktemp('warm-h100') / 'h100.db'}"
     store = _store(url, "h100-vllm-profile-2026-12-06.jsonl")
     default = get_target("vllm").space().default_config()
-    named = _to_measure(store, 60)
+    named = _to_measure(store, 55)
     assert named[0] == default
-    queued = study_warm_start(store, settings, _spec(60), hardware_key=H100)
+    queued = study_warm_start(store, settings, _spec(55), hardware_key=H100)
     assert [w.config for w in queued] == named[1:1 + UNDECIDED_QUEUED]
-    alone = study_warm_start(store, settings, dataclasses.replace(_spec(60),
+    alone = study_warm_start(store, settings, dataclasses.replace(_spec(55),
                                                                   include_default=False),
                              hardware_key=H100)
     assert [w.config for w in alone] == named[:UNDECIDED_QUEUED]

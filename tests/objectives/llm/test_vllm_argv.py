@@ -27,13 +27,14 @@ from search_spaces.knobs import Knob
 
 SPACE = load_space("vllm")
 V = "0.26.0"
-#: Every flag the YAML maps to, as read in vLLM 0.26.0's arg_utils.py (see docs/engines.md).
+#: Every flag the YAML maps to, as read in vLLM 0.26.0's arg_utils.py and, for the API server's
+#: own ``--api-server-count``, entrypoints/openai/cli_args.py (see docs/engines.md).
 VERIFIED_FLAGS_0_26 = {
     "--block-size", "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization",
     "--quantization", "--kv-cache-dtype", "--kv-offloading-size", "--kv-offloading-backend",
     "--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager",
     "--compilation-config.cudagraph_mode", "--tensor-parallel-size", "--data-parallel-size",
-    "--performance-mode",
+    "--performance-mode", "--api-server-count",
 }
 BOOL_FLAGS = {"--enable-chunked-prefill", "--enable-prefix-caching", "--enforce-eager"}
 
@@ -349,3 +350,19 @@ def test_a_layout_needing_more_gpus_than_visible_is_refused_before_a_start() -> 
         check_parallel({"tensor_parallel_size": 3}, gpus=4, model_config=llama_8b)
     # Unknown GPU count (no nvidia-smi): only the model's own rule is checked.
     check_parallel({"tensor_parallel_size": 8}, gpus=None, model_config=llama_8b)
+
+
+def test_api_server_count_is_passed_with_one_engine_core_only() -> None:
+    """`--api-server-count` (vLLM 0.26's cli_args.py): with data parallelism 1 an explicit 1
+    starts the same single-process server as vLLM's default (the default is the data-parallel
+    size); with more engine cores the knob is inactive, so vLLM's own default applies there.
+    On a release not read the default is left out and another count is a rejected config."""
+    knob = SPACE.knob("api_server_count")
+    assert (knob.role, knob.default, knob.low, knob.high) == ("frontend_processes", 1, 1, 4)
+    assert flag_values(argv({}), "--api-server-count") == ["1"]
+    assert flag_values(argv({"api_server_count": 2}), "--api-server-count") == ["2"]
+    assert knob.is_active({"data_parallel_size": 1})
+    assert not knob.is_active({"data_parallel_size": 2})
+    assert "--api-server-count" not in argv({}, version="0.17.1")
+    with pytest.raises(ConfigRejectedError, match="api-server-count"):
+        argv({"api_server_count": 2}, version="0.17.1")
