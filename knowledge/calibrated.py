@@ -7,10 +7,11 @@ needs. Every answer here is labelled :data:`LABEL`: predicted, never measured.
 A config's batch limits (batch slots, the step's token budget) and the processes in front of
 the engine act through the simulator itself: the frontend's calibrated cost per streamed token is
 the probe's server's, and N times its processes share it as one frontend N times as fast (a
-structural assumption, not a measured effect: docs/new-gpu.md). Every other knob acts as a :class:`KnobEffect`: the ratio its measured trials on another
-machine showed against that machine's defaults (at the same share of capacity), with the log
-spread of that ratio widening the interval; the caller decides which knobs transfer that way
-(docs/new-gpu.md says which do and which do not).
+structural assumption, not a measured effect: docs/new-gpu.md). Every other knob acts as a
+:class:`KnobEffect`: the ratio its measured trials on another machine showed against that
+machine's defaults (at the same share of capacity), with the log spread of that ratio widening
+the interval; the caller decides which knobs transfer that way (docs/new-gpu.md says which do
+and which do not).
 
 The request streams are the caller's (a function of the arrival rate): nothing here knows a
 workload's format.
@@ -170,8 +171,9 @@ def capacity_at_slo(profile: HardwareProfile, streams_at: StreamsAt, slo: Mappin
     ``low_rps``'s lower neighbour 0; one that holds at ``high_rps`` reads ``high_rps``.
 
     ``predictions``: the predictions by rate of this profile, stream source, batch limits,
-    effect and frontend processes made so far, read and added to; a caller bisecting several SLOs of one config passes
-    one mapping to them all (every bisection starts at the same rates)."""
+    effect and frontend processes made so far, read and added to; a caller bisecting several
+    SLOs of one config passes one mapping to them all (every bisection starts at the same
+    rates)."""
     if not 0 < low_rps < high_rps:
         raise ValueError(f"`0 < low_rps < high_rps` must hold, got {low_rps}, {high_rps}")
     cache: MutableMapping[float, Prediction] = {} if predictions is None else predictions
