@@ -7,7 +7,8 @@ needs. Every answer here is labelled :data:`LABEL`: predicted, never measured.
 A config's batch limits (batch slots, the step's token budget) and the processes in front of
 the engine act through the simulator itself: the frontend's calibrated cost per streamed token is
 the probe's server's, and N times its processes share it as one frontend N times as fast (a
-structural assumption, not a measured effect: docs/new-gpu.md). Every other knob acts as a
+structural assumption, not a measured effect: docs/new-gpu.md; callers widen such a
+prediction's interval to span the one without it, :func:`spanning`). Every other knob acts as a
 :class:`KnobEffect`: the ratio its measured trials on another machine showed against that
 machine's defaults (at the same share of capacity), with the log spread of that ratio widening
 the interval; the caller decides which knobs transfer that way (docs/new-gpu.md says which do
@@ -28,7 +29,8 @@ from knowledge.batch_sim import BatchModel, Frontend, RequestStream
 from knowledge.profiles import HardwareProfile
 
 __all__ = ["LABEL", "Capacity", "Figure", "KnobEffect", "Prediction", "Replicas",
-           "StreamsAt", "capacity_at_slo", "frontend_scaled", "predict", "replicas_for"]
+           "StreamsAt", "capacity_at_slo", "frontend_scaled", "predict", "replicas_for",
+           "spanning", "spanning_capacity"]
 
 #: How every answer from a calibration is labelled.
 LABEL = "predicted from calibration"
@@ -82,6 +84,25 @@ def frontend_scaled(model: BatchModel, processes: float) -> BatchModel:
     if processes == 1 or not model.frontend.active:
         return model
     return replace(model, frontend=Frontend(model.frontend.per_token_ms / processes))
+
+
+def spanning(prediction: Prediction, other: Prediction) -> Prediction:
+    """``prediction``'s values with intervals that also span ``other``'s: where a config's
+    prediction rests on an assumption no measurement backs (more frontend processes), the
+    interval keeps the prediction without it (``other``), so its conservative end assumes no
+    gain and only a measurement can show one."""
+    figures = {}
+    for name, f in prediction.figures.items():
+        o = other.figures.get(name)
+        figures[name] = f if o is None else Figure(f.value, min(f.low, o.low),
+                                                   max(f.high, o.high))
+    return replace(prediction, figures=figures)
+
+
+def spanning_capacity(capacity: Capacity, other: Capacity) -> Capacity:
+    """``capacity`` with the range that also spans ``other`` (as :func:`spanning`)."""
+    return replace(capacity, low=min(capacity.low, other.low),
+                   high=max(capacity.high, other.high))
 
 
 def _z() -> float:

@@ -54,6 +54,8 @@ from knowledge.calibrated import (
     capacity_at_slo,
     predict,
     replicas_for,
+    spanning,
+    spanning_capacity,
 )
 from knowledge.profiles import HardwareProfile, list_profiles, profiles_version
 from knowledge.surrogates import workload_distance, workload_features
@@ -573,12 +575,21 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         windows = at_workload.get(key(config), [])
         slots, budget = _limits(engine, config)
         processes = _frontend_processes(engine, profile, config)
-        # One simulation per config and rate, whatever the SLO asked.
-        predicted = _remembered(
-            _predictions_of(profile, slots, budget, effect, processes), rate, _RATES_KEPT,
-            functools.partial(predict, profile, streams, rate_rps=rate, slots=slots,
-                              token_budget=budget, effect=effect,
-                              frontend_processes=processes))
+
+        def simulated(n: float, slots: int | None = slots, budget: int | None = budget,
+                      effect: KnobEffect | None = effect) -> Prediction:
+            # One simulation per config and rate, whatever the SLO asked.
+            return _remembered(
+                _predictions_of(profile, slots, budget, effect, n), rate, _RATES_KEPT,
+                functools.partial(predict, profile, streams, rate_rps=rate, slots=slots,
+                                  token_budget=budget, effect=effect, frontend_processes=n))
+
+        predicted = simulated(processes)
+        if processes != 1:
+            # The processes' share of the frontend is assumed, never measured: the interval
+            # spans the prediction with the probe's processes, so only a measurement shows a
+            # gain at the conservative end.
+            predicted = spanning(predicted, simulated(1.0))
         said = note if effect is None else (
             f"{note}; the effect of "
             + ", ".join(f"{k}={v}" for k, v in sorted(config.items())
@@ -603,7 +614,8 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
              "answers where no window was measured at this workload",
              "from a calibration the batch limits vary through the simulator, and so do the "
              "server processes in front of the engine (they share the calibrated frontend cost "
-             "per token, assumed to scale with their count: not measured), the knobs the "
+             "per token, assumed to scale with their count: not measured, so their intervals "
+             "span the prediction with the probe's processes), the knobs the "
              f"target carries ({', '.join(carried_knobs(engine)) or 'none'}) as their ratio "
              "against the defaults measured on the hardware with the most trials of this model; "
              "every other knob stays at its default: its effect does not transfer "
@@ -646,13 +658,18 @@ def answer_from_calibration(store: TrialStore, calibration: Calibration, *, engi
         processes = _frontend_processes(engine, profile, config)
         # The capacity does not depend on the asked rate: one bisection per profile, config,
         # SLO and carried effect serves every rate asked of them (the audit asks dozens).
-        memo = (profile.uid, canonical_json(dict(config)), str(slo), repr(effects[i]),
-                low_rps, high_rps)
-        cap = _remembered(_CAPACITIES, memo, 4096, lambda: capacity_at_slo(
-            profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps, high_rps=high_rps,
-            slots=slots, token_budget=budget, effect=effects[i],
-            frontend_processes=processes,
-            predictions=_predictions_of(profile, slots, budget, effects[i], processes)))
+        def bisected(n: float) -> Capacity:
+            memo = (profile.uid, canonical_json(dict(config)), str(slo), repr(effects[i]),
+                    low_rps, high_rps, n)
+            return _remembered(_CAPACITIES, memo, 4096, lambda: capacity_at_slo(
+                profile, streams_at, dict(_slo_bounds(slo)), low_rps=low_rps,
+                high_rps=high_rps, slots=slots, token_budget=budget, effect=effects[i],
+                frontend_processes=n,
+                predictions=_predictions_of(profile, slots, budget, effects[i], n)))
+
+        cap = bisected(processes)
+        if processes != 1:  # as its figures: the range spans the probe's processes
+            cap = spanning_capacity(cap, bisected(1.0))
         cap, why = _capped(cap, slo, [t for t in trials if key(t.config) == key(config)],
                            shape)
         return CapacityAt(cap, None if total_rate_rps is None

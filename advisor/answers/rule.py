@@ -166,15 +166,19 @@ def undecided(verdicts: Sequence[Verdict], default: int | None = 0) -> list[int]
     """The candidates whose predicted interval straddles the SLO (:attr:`Verdict.straddles`),
     most promising first: the ``default``'s when its point prediction meets (measuring it also
     answers "may I keep the defaults?"), then those whose point prediction meets before those
-    whose point misses, each closest to meeting at the conservative end first. Empty when every
-    candidate that does not meet misses even at its optimistic end (or was measured to miss):
-    then a refusal is what the evidence says. Callers ask it only when no candidate meets."""
+    whose point misses, each closest to meeting at the conservative end first, and where that
+    ties (an interval widened to span an unmeasured assumption's absence shares its
+    conservative end with the config without it), the point prediction's total margin. Empty
+    when every candidate that does not meet misses even at its optimistic end (or was measured
+    to miss): then a refusal is what the evidence says. Callers ask it only when no candidate
+    meets."""
     def violation(margins: Mapping[str, float]) -> float:
         return sum(max(m, 0.0) for m in margins.values())
 
-    def key(i: int) -> tuple[bool, bool, float, int]:
+    def key(i: int) -> tuple[bool, bool, float, float, int]:
         misses = not point_meets(verdicts[i])
-        return (not (i == default and not misses), misses, violation(verdicts[i].margins), i)
+        return (not (i == default and not misses), misses, violation(verdicts[i].margins),
+                sum(verdicts[i].point_margins.values()), i)
 
     return sorted((i for i, v in enumerate(verdicts) if v.straddles), key=key)
 

@@ -38,6 +38,8 @@ from knowledge.calibrated import (
     frontend_scaled,
     predict,
     replicas_for,
+    spanning,
+    spanning_capacity,
 )
 from knowledge.models import TrialRecord
 from knowledge.profiles import (
@@ -321,3 +323,19 @@ def test_more_frontend_processes_share_the_calibrated_frontend(stored: HardwareP
     caps = [capacity_at_slo(stored, at, SLO, low_rps=2.0, high_rps=300.0, tolerance=0.02,
                             frontend_processes=n) for n in (1, 2)]
     assert caps[1].rate_rps > caps[0].rate_rps
+
+
+def test_an_assumed_gain_keeps_the_interval_without_it(stored: HardwareProfile) -> None:
+    """The frontend processes' share is an assumption: the answer widens such a prediction to
+    span the one without it, keeping its own point value; a capacity likewise."""
+    at = _chat_streams(stored)
+    two = predict(stored, at(70.0), rate_rps=70.0, frontend_processes=2)
+    one = predict(stored, at(70.0), rate_rps=70.0)
+    both = spanning(two, one)
+    for m, f in both.figures.items():
+        assert f.value == two.figures[m].value
+        assert f.low == min(two.figures[m].low, one.figures[m].low)
+        assert f.high == max(two.figures[m].high, one.figures[m].high)
+    assert both.figures["ttft_p95_ms"].high == one.figures["ttft_p95_ms"].high
+    cap = spanning_capacity(Capacity(80.0, 60.0, 90.0), Capacity(60.0, 50.0, 70.0))
+    assert (cap.rate_rps, cap.low, cap.high) == (80.0, 50.0, 90.0)
