@@ -14,40 +14,40 @@
 # The question: the Llama-3-8B shape (random bf16 weights), vLLM 0.26.0, `chat` at 60 req/s,
 # SLO ttft_p95_ms<=300,tpot_p95_ms<=40.
 #
-# Phases, one device call each on nvidia-h100-x1 (carrying .vllm-h200, .whl, .device-carry):
-#   PHASE=score  bash docs/benchmarks/h100-frontend-2026-12-07/run.sh > $OUT/log-score.txt 2>&1
-#   PHASE=study  bash docs/benchmarks/h100-frontend-2026-12-07/run.sh > $OUT/log-study.txt 2>&1
+# Phases, one device call each on nvidia-h100-x1 (carrying .vllm-h200, .whl, .device-carry),
+# back to back on one warm machine (its /tmp keeps the store and the predictions between calls):
+#   PHASE=answer bash docs/benchmarks/h100-frontend-2026-12-07/run.sh > $OUT/log-answer.txt 2>&1
 #   PHASE=verify bash docs/benchmarks/h100-frontend-2026-12-07/run.sh > $OUT/log-verify.txt 2>&1
-# score:  `advisor calibrate` with its defaults (timed: the first part of the way to an answer);
-#         predict.py on the profile it wrote (predictions.json, its sha256 and the time logged
-#         BEFORE any scored window); the calibrated answer to the question; then the scored
-#         windows of vLLM's defaults: `chat` at predict.py's four rates, 3 rounds, and
-#         `rag-long-prompt` at its four, 1 round (dropped where the call's time runs out).
-# study:  a fresh store with the H200's knowledge and this lease's profile only (not the scored
-#         windows: a user who just calibrated has those alone); the calibrated answer;
-#         `advisor tune --trials 4`, the engine defaults first, then the warm start's configs
-#         (nothing sampled), failure gate on, stopped after STUDY_S seconds; the measured answer.
+#   PHASE=score  bash docs/benchmarks/h100-frontend-2026-12-07/run.sh > $OUT/log-score.txt 2>&1
+# answer: a fresh store with the H200's knowledge; `advisor calibrate` with its defaults (timed:
+#         the first part of the way to an answer); predict.py on the profile it wrote
+#         (predictions.json, its sha256 and the time logged BEFORE any window it predicts);
+#         the calibrated answer to the question; `advisor tune --trials 3`, the engine defaults
+#         first, then the warm start's configs (nothing sampled), failure gate on, stopped after
+#         STUDY_S seconds; the measured answer.
 # verify: the study's pick (`advisor recommend --measured`) against the defaults,
 #         `advisor crosscheck --co-resident --memory-share 0.46`, 3 interleaved rounds with the
-#         advisor's client and `vllm bench serve`.
+#         advisor's client and `vllm bench serve`; then, in the call's time left, the scored
+#         windows below.
+# score:  the scored windows of vLLM's defaults (a store of their own): `chat` at predict.py's
+#         four rates, 3 rounds (fewer where the call's time runs out), then `rag-long-prompt` at
+#         its four, 1 round (dropped where the time runs out).
 # Results in $OUT: trials-<phase>.jsonl (the store), profile.json, predictions.json,
 # answer-*.json, crosscheck-*.jsonl, times-<phase>.tsv, nvidia-smi-<phase>.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."  # the repository root
 HERE=docs/benchmarks/h100-frontend-2026-12-07
 OUT=${OUT:-/tmp/out}
-PHASE=${PHASE:?set PHASE=score, study or verify}
+PHASE=${PHASE:?set PHASE=answer, verify or score}
 T0=$(date +%s)
 LIMIT_S=${LIMIT_S:-570}   # the call's own limit, with the export's time kept back
-STUDY_S=${STUDY_S:-420}
+STUDY_S=${STUDY_S:-330}
 RATE=60
 SLO="ttft_p95_ms<=300,tpot_p95_ms<=40"
 KEEP=/tmp/frontend          # survives between calls on a warm machine
 mkdir -p "$KEEP"
-case $PHASE in
-  score) DB=$KEEP/score.db ;;
-  *) DB=$KEEP/answer.db ;;
-esac
+DB=$KEEP/answer.db  # the user's store: calibration, study, verification
+SCORE_DB=$KEEP/score.db  # the scored windows
 export DEVICE_DB=$DB DEVICE_IMPORT_SHIPPED=0
 # shellcheck source=scripts/device/h200_env.sh
 source scripts/device/h200_env.sh
@@ -62,8 +62,9 @@ finish() {
 trap finish EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if [ ! -f "$KEEP/profile.json" ] && [ -f .device-carry/profile.json ]; then
-  echo "a fresh machine: the profile and the answer store of the calls before, carried"
+  echo "a fresh machine: the profile, predictions and answer store of the calls before, carried"
   cp .device-carry/profile.json "$KEEP/profile.json"
+  cp .device-carry/predictions.json "$KEEP/predictions.json" 2>/dev/null
   [ -f .device-carry/answer.db ] && cp .device-carry/answer.db "$KEEP/answer.db"
 fi
 
@@ -84,58 +85,59 @@ fresh_store() {  # the H200's vLLM knowledge only: no H100 file
 
 scored() {  # scored WORKLOAD STUDY: the defaults at predict.py's rates for WORKLOAD
   local wl=$1 study=$2 rates rounds params
-  rates=$(python3 -c "import json,sys; w=json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]; print(' '.join(f'{r:g}' for r in w['rates']))" "$OUT/predictions.json" "$wl")
-  rounds=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]['rounds'])" "$OUT/predictions.json" "$wl")
-  mapfile -t params < <(python3 -c "import json,sys; [print(p) for p in json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]['base_params']]" "$OUT/predictions.json" "$wl")
+  rates=$(python3 -c "import json,sys; w=json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]; print(' '.join(f'{r:g}' for r in w['rates']))" "$KEEP/predictions.json" "$wl")
+  rounds=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]['rounds'])" "$KEEP/predictions.json" "$wl")
+  mapfile -t params < <(python3 -c "import json,sys; [print(p) for p in json.load(open(sys.argv[1]))['workloads'][sys.argv[2]]['base_params']]" "$KEEP/predictions.json" "$wl")
   local args=() r
   for p in "${params[@]}"; do args+=(--workload-param "$p"); done
   for r in $rates; do args+=(--rate "$r"); done
   echo "SCORED $wl at $rates req/s, $rounds round(s)"
-  timeout -s INT "$(( $(left) - 15 ))" python3 -m advisor crosscheck --target vllm \
+  ADVISOR_DB_URL=sqlite:///$SCORE_DB timeout -s INT "$(( $(left) - 15 ))" \
+    python3 -m advisor crosscheck --target vllm \
     --workload "$wl" "${args[@]}" --repeats "$rounds" --reference-repeats 0 \
     --slo "$SLO" --store-as "$study" -o "$OUT/crosscheck-$wl.jsonl"
   echo "CROSSCHECK_RC $?"
 }
 
+score_windows() {  # the scored windows, in the call's time left (module comment)
+  if [ "$(left)" -gt 150 ]; then scored chat h100-8b-chat-1207c-scored
+  else echo "CHAT_SKIPPED $(left) s left"; fi
+  stamp chat
+  if [ "$(left)" -gt 150 ]; then scored rag-long-prompt h100-8b-rag-1207c-scored
+  else echo "RAG_SKIPPED $(left) s left"; fi
+  stamp rag
+  ADVISOR_DB_URL=sqlite:///$SCORE_DB python3 -m advisor knowledge export \
+    -o "$OUT/trials-scored.jsonl" || true
+}
+
 case $PHASE in
-  score)
+  answer)
     fresh_store
-    stamp import
+    stamp calibrate-start
     t=$(date +%s)
     python3 -m advisor calibrate --target vllm --model llama-3-8b \
       --store-as h100-8b-chat-1207c-probe -o "$OUT/profile.json" || exit 1
     echo "CALIBRATE_S $(( $(date +%s) - t ))"
-    stamp calibrated
+    stamp calibrate-end
     cp "$OUT/profile.json" "$KEEP/profile.json"
     python3 "$HERE/predict.py" "$OUT/profile.json" -o "$OUT/predictions.json" || exit 1
     echo "PREDICTIONS $(sha256sum "$OUT/predictions.json" | cut -c1-64) at $(date -u +%FT%TZ)"
+    cp "$OUT/predictions.json" "$KEEP/predictions.json"
     stamp predicted
-    ask calibrated
-    scored chat h100-8b-chat-1207c-scored
-    stamp chat
-    if [ "$(left)" -gt 150 ]; then scored rag-long-prompt h100-8b-rag-1207c-scored
-    else echo "RAG_SKIPPED $(left) s left"; fi
-    stamp rag
-    ;;
-  study)
-    fresh_store
-    python3 - "$KEEP/profile.json" > "$KEEP/profile.jsonl" <<'PY'
-import json, sys
-from knowledge.profiles import HardwareProfile, profile_line
-print(profile_line(HardwareProfile.from_json(json.load(open(sys.argv[1])))))
-PY
-    python3 -m advisor knowledge import "$KEEP/profile.jsonl" || exit 2
     ask before-study
     stamp study-start
     ( sleep "$STUDY_S"; pkill -INT -f "advisor tune" ) & stopper=$!
     python3 -m advisor tune --target vllm --model llama-3-8b --workload chat \
       --workload-param "$(poisson $RATE)" --workload-param n_requests=$(( RATE * 8 )) \
       --workload-param drain_limit_s=15 --slo "$SLO" --name h100-8b-chat-1207c-quick \
-      --trials 4 --paired-repeats 0 --trial-timeout 200 --seed 44
+      --trials 3 --paired-repeats 0 --trial-timeout 200 --seed 44
     echo "TUNE_RC $?"
     kill "$stopper" 2>/dev/null
     stamp study-end
     ask after-study --measured
+    ;;
+  score)
+    score_windows
     ;;
   verify)
     ask verify-before --measured
@@ -154,8 +156,12 @@ PY
       --workload-param "$(poisson $RATE)" --workload-param n_requests=$(( RATE * 8 ))
       --workload-param drain_limit_s=15 --rate $RATE --repeats 3 --reference-repeats 3
       --slo "$SLO" --store-as h100-8b-chat-1207c-quick-verify -o "$OUT/crosscheck-verify.jsonl")
+    status=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['status'])" \
+      "$OUT/answer-verify-before.json")
     stamp verify-start
-    if [ -n "$pick" ]; then
+    if [ "$status" != recommended ] && [ "$status" != keep_defaults ]; then
+      echo "NOTHING_TO_VERIFY: the measured answer is $status"
+    elif [ -n "$pick" ]; then
       echo "VERIFY the pick $pick against the defaults, co-resident"
       timeout -s INT "$(( $(left) - 15 ))" python3 -m advisor crosscheck "${common[@]}" \
         --config "pick=$pick" --config "defaults={}" --co-resident --memory-share 0.46
@@ -166,5 +172,6 @@ PY
     echo "CROSSCHECK_RC $?"
     stamp verify-end
     ask verify-after --measured
+    score_windows
     ;;
 esac
