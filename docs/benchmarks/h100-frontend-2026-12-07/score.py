@@ -4,8 +4,8 @@ the GPU time to a verified answer (issue 44, "Done when").
     cd docs/benchmarks/h100-frontend-2026-12-07 && python score.py > score.md
 
 Reads measured/: predictions.json and profile.json (what predict.py and `advisor calibrate`
-wrote on the device before the scored windows), trials-score.jsonl.gz (the store after the
-scored windows), times-*.tsv and, where present, trials-verify.jsonl.gz and the answers.
+wrote on the device before the scored windows), trials-scored.jsonl.gz (the scored windows'
+store), times-*.tsv and, where present, trials-verify.jsonl.gz and the answers.
 Nothing is fitted here:
 
 - each scored window (a trial of study ``<study>@<rate>rps``) against the prediction of that
@@ -151,7 +151,7 @@ def times() -> dict[str, Any]:
     profile = MEASURED / "profile.json"
     if profile.exists():
         out["calibration_s"] = json.loads(profile.read_text()).get("probe_seconds")
-    for phase, start, end in (("study", "study-start", "study-end"),
+    for phase, start, end in (("answer", "study-start", "study-end"),
                               ("verify", "verify-start", "verify-end")):
         path = MEASURED / f"times-{phase}.tsv"
         if not path.exists():
@@ -159,7 +159,7 @@ def times() -> dict[str, Any]:
         stamps = {ln.split("\t")[0]: int(ln.split("\t")[1])
                   for ln in path.read_text().splitlines() if ln.strip()}
         if start in stamps and end in stamps:
-            out[f"{phase}_s"] = stamps[end] - stamps[start]
+            out["study_s" if phase == "answer" else f"{phase}_s"] = stamps[end] - stamps[start]
     parts = [out.get(k) for k in ("calibration_s", "study_s", "verify_s")]
     if all(isinstance(p, int | float) for p in parts):
         out["total_s"] = sum(parts)  # type: ignore[arg-type]
@@ -168,7 +168,7 @@ def times() -> dict[str, Any]:
 
 def main() -> int:
     pred = json.loads((MEASURED / "predictions.json").read_text())
-    rows = lines(MEASURED / "trials-score.jsonl")
+    rows = lines(MEASURED / "trials-scored.jsonl")
     slo = parse_slo(SLO_TEXT)
     result: dict[str, Any] = {"profile": pred["profile"], "gpu": pred["gpu"],
                               "step_model": pred["step_model"], "workloads": {}}
