@@ -24,6 +24,7 @@ SLO at a lower rate caps the predicted capacity there.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import statistics
@@ -320,19 +321,17 @@ def _variants(engine: Target, profile: HardwareProfile) -> list[dict[str, Any]]:
     factors = (VARIANT_FACTORS, VARIANT_FACTORS, FRONTEND_FACTORS)
     values = [_scaled_values(engine, name, defaults.get(name), f)
               for name, f in zip(names, factors, strict=True)]
+    slots_knob, budget_knob, frontend_knob = names
     configs = [dict(defaults)]
-    for processes in values[2]:
-        for slots in values[0]:
-            for budget in values[1]:
-                config = dict(defaults)
-                for name, v in zip(names, (slots, budget, processes), strict=True):
-                    if name is not None and v is not None:
-                        config[name] = v
-                slots_knob, budget_knob, _ = names
-                if slots_knob and budget_knob and config[budget_knob] < config[slots_knob]:
-                    continue
-                if config not in configs:
-                    configs.append(config)
+    for processes, slots, budget in itertools.product(values[2], values[0], values[1]):
+        config = dict(defaults)
+        for name, v in ((slots_knob, slots), (budget_knob, budget), (frontend_knob, processes)):
+            if name is not None and v is not None:
+                config[name] = v
+        if slots_knob and budget_knob and config[budget_knob] < config[slots_knob]:
+            continue
+        if config not in configs:
+            configs.append(config)
     return configs
 
 
@@ -346,10 +345,12 @@ def _limits(engine: Target, config: Mapping[str, Any]) -> tuple[int | None, int 
 def _frontend_processes(engine: Target, profile: HardwareProfile,
                         config: Mapping[str, Any]) -> float:
     """How many times the probe's server processes in front of the engine ``config`` runs (the
-    knob whose role is :data:`FRONTEND_ROLE`; 1 where the space marks none)."""
+    knob whose role is :data:`FRONTEND_ROLE`; 1 where the space marks none, and where the
+    profile's frontend costs nothing: the processes then share nothing, and a config differing
+    only in them is the same simulation, read from the same cache)."""
     space = engine.space()
     name = space.knob_with_role(FRONTEND_ROLE)
-    if name is None:
+    if name is None or not profile.frontend_token_ms > 0:
         return 1.0
     default = space.default_config().get(name)
     probed = profile.config.get(name, default)

@@ -6,6 +6,7 @@ the replicas for a total rate come with it, consistent with each other."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from advisor.answers import RecommendationRequest
 from advisor.answers.calibration import (
     MIN_MEASURED_CONFIGS,
+    _frontend_processes,
     calibration_profile,
     carried_knobs,
     knob_effects,
@@ -300,3 +302,16 @@ def test_a_second_frontend_process_is_a_candidate_through_the_simulator(
     # and only a measurement can make the candidate "meets".
     ttft = answer.closest["figures"]["ttft_p95_ms"]
     assert ttft["value"] < 300 < ttft["high"]
+
+
+def test_frontend_processes_share_nothing_where_the_frontend_costs_nothing(
+        store: TrialStore) -> None:
+    """A profile whose calibration chose no frontend cost gives a second API server nothing to
+    share: the candidate is simulated as the config without it (the same cached simulation)."""
+    engine = get_target("vllm")
+    profile = find_profile(store, target="vllm", model="llama-3-8b", hardware="h100")
+    assert profile is not None and profile.frontend_token_ms > 0
+    assert _frontend_processes(engine, profile, {"api_server_count": 2}) == 2.0
+    assert _frontend_processes(engine, profile, {}) == 1.0
+    free = dataclasses.replace(profile, frontend_token_ms=0.0)
+    assert _frontend_processes(engine, free, {"api_server_count": 2}) == 1.0
